@@ -1,0 +1,96 @@
+"""Cluster description: GPUs, nodes, scale-up domain, NICs and the scale-out network."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flowsim.errors import ConfigError
+
+NETWORKS = ("rail_optimized", "rail_only", "fat_tree")
+CPUS = ("intel", "amd", "arm")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A GPU cluster. Sizes are counts; bandwidths are in the units named by each field.
+
+    Attributes
+    ----------
+    gpu : str
+        GPU key (see ``flowsim gpus``) or a path to a user spec file.
+    num_gpus : int
+        GPUs in the job.
+    gpus_per_node : int
+        GPUs per host (server / compute tray).
+    nvlink_domain : int
+        GPUs that share one scale-up (NVLink/NVSwitch) fabric; equals ``gpus_per_node`` for HGX/DGX
+        nodes and 72 for GB200/GB300 NVL72 racks. Must be a multiple of ``gpus_per_node``.
+    nics_per_node : int
+        Scale-out NICs (ports) per host used for GPU traffic.
+    nic_gbps : float
+        Line rate of one NIC in Gb/s (1e9 bit/s).
+    network : str
+        ``rail_optimized`` (NIC i of every node on rail i, two-tier Clos per rail group, spines across),
+        ``rail_only`` (no spine: rails are disjoint), or ``fat_tree`` (NICs attach to leaves by node, not
+        by rail).
+    oversubscription : float
+        Leaf down-link to up-link bandwidth ratio, >= 1 (1 = non-blocking).
+    switch_radix : int
+        Ports per switch (leaf and spine).
+    nic_latency_s : float
+        One-way latency of a network hop in seconds (NIC + switch), used by the flow model.
+    cpu : str
+        Host CPU family (``intel``, ``amd``, ``arm``); NCCL's model uses it for its LL bandwidth cap and
+        network overhead.
+    name : str
+        Preset name, for display.
+    """
+
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int = 8
+    nvlink_domain: int = 0
+    nics_per_node: int = 8
+    nic_gbps: float = 400.0
+    network: str = "rail_optimized"
+    oversubscription: float = 1.0
+    switch_radix: int = 64
+    nic_latency_s: float = 2.0e-6
+    cpu: str = "intel"
+    name: str = "custom"
+
+    def __post_init__(self):
+        if self.nvlink_domain == 0:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+
+    @property
+    def num_nodes(self) -> int:
+        """Hosts in the job (a job smaller than one node uses part of one node)."""
+        return -(-self.num_gpus // self.gpus_per_node)
+
+    @property
+    def gpus_per_node_used(self) -> int:
+        """GPUs of the job on each of its hosts."""
+        return min(self.num_gpus, self.gpus_per_node)
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first field that breaks a rule."""
+        for name in ("num_gpus", "gpus_per_node", "nics_per_node", "switch_radix", "nvlink_domain"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(name, "must be a positive integer", v)
+        if self.num_gpus % self.gpus_per_node and self.num_gpus > self.gpus_per_node:
+            raise ConfigError("num_gpus", "must be a multiple of gpus_per_node",
+                              f"{self.num_gpus} and {self.gpus_per_node}")
+        if self.nvlink_domain % self.gpus_per_node:
+            raise ConfigError("nvlink_domain", "must be a multiple of gpus_per_node",
+                              f"{self.nvlink_domain} and {self.gpus_per_node}")
+        if not self.nic_gbps > 0:
+            raise ConfigError("nic_gbps", "must be > 0", self.nic_gbps)
+        if not self.oversubscription >= 1.0:
+            raise ConfigError("oversubscription", "must be >= 1 (1 = non-blocking)", self.oversubscription)
+        if self.network not in NETWORKS:
+            raise ConfigError("network", f"must be one of {', '.join(NETWORKS)}", self.network)
+        if self.cpu not in CPUS:
+            raise ConfigError("cpu", f"must be one of {', '.join(CPUS)}", self.cpu)
+        if not self.nic_latency_s >= 0:
+            raise ConfigError("nic_latency_s", "must be >= 0", self.nic_latency_s)

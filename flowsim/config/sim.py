@@ -1,0 +1,93 @@
+"""The whole input of one simulation and its cross-field rules."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from flowsim.config.cluster import ClusterConfig
+from flowsim.config.model import ModelConfig
+from flowsim.config.training import TrainingConfig
+from flowsim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Model, cluster and training settings, checked against each other.
+
+    Build it with :func:`flowsim.config.load_config`; ``resolved()`` fills the derived fields
+    (data-parallel size, sequence length, global batch) and ``validate()`` checks every rule.
+    """
+
+    model: ModelConfig
+    cluster: ClusterConfig
+    training: TrainingConfig
+
+    @property
+    def seq_length(self) -> int:
+        """Tokens per sequence in this run."""
+        return self.training.seq_length or self.model.seq_length
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per pipeline per optimizer step (gradient-accumulation steps)."""
+        t = self.training
+        return t.global_batch_size // (t.micro_batch_size * t.dp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens processed by the whole job in one optimizer step."""
+        return self.training.global_batch_size * self.seq_length
+
+    def resolved(self) -> "SimConfig":
+        """Return a copy with data_parallel_size, seq_length and global_batch_size filled in."""
+        t = self.training
+        model_ways = t.tp * t.pp * t.cp
+        dp = t.dp
+        if dp == 0:
+            if self.cluster.num_gpus % model_ways:
+                raise ConfigError("num_gpus", "must be divisible by tp*pp*cp",
+                                  f"{self.cluster.num_gpus} and {t.tp}*{t.pp}*{t.cp}")
+            dp = self.cluster.num_gpus // model_ways
+        gbs = t.global_batch_size or t.micro_batch_size * dp
+        seq = t.seq_length or self.model.seq_length
+        return replace(self, training=replace(t, data_parallel_size=dp, global_batch_size=gbs, seq_length=seq))
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first rule broken (call on a resolved config)."""
+        m, c, t = self.model, self.cluster, self.training
+        m.validate()
+        c.validate()
+        t.validate()
+        if t.tp * t.pp * t.dp * t.cp != c.num_gpus:
+            raise ConfigError("num_gpus", "must equal tp*pp*dp*cp",
+                              f"{c.num_gpus} vs {t.tp}*{t.pp}*{t.dp}*{t.cp}={t.tp * t.pp * t.dp * t.cp}")
+        if m.num_attention_heads % t.tp:
+            raise ConfigError("num_attention_heads", "must be divisible by tensor_model_parallel_size",
+                              f"{m.num_attention_heads} and {t.tp}")
+        if m.num_query_groups % t.tp and t.tp % m.num_query_groups:
+            raise ConfigError("num_query_groups", "must be divisible by tensor_model_parallel_size (or divide it)",
+                              f"{m.num_query_groups} and {t.tp}")
+        if m.ffn_hidden_size % t.tp:
+            raise ConfigError("ffn_hidden_size", "must be divisible by tensor_model_parallel_size",
+                              f"{m.ffn_hidden_size} and {t.tp}")
+        if m.num_layers % (t.pp * t.vpp):
+            raise ConfigError("num_layers", "must be divisible by pipeline_model_parallel_size * "
+                              "virtual_pipeline_model_parallel_size", f"{m.num_layers} and {t.pp}*{t.vpp}")
+        if t.global_batch_size % (t.micro_batch_size * t.dp):
+            raise ConfigError("global_batch_size", "must be divisible by micro_batch_size * data_parallel_size",
+                              f"{t.global_batch_size} and {t.micro_batch_size}*{t.dp}")
+        if self.seq_length % (2 * t.cp if t.cp > 1 else 1):
+            raise ConfigError("seq_length", "must be divisible by 2 * context_parallel_size (causal load "
+                              "balancing)", f"{self.seq_length} and cp={t.cp}")
+        if t.sequence_parallel and self.seq_length % (t.tp * t.cp):
+            raise ConfigError("seq_length", "must be divisible by tp * cp with sequence_parallel",
+                              f"{self.seq_length} and {t.tp}*{t.cp}")
+        if t.ep > 1:
+            raise ConfigError("expert_model_parallel_size", "needs a mixture-of-experts model; "
+                              "this model is dense", t.ep)
+        if t.schedule == "interleaved" and self.num_microbatches % t.pp:
+            raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
+                              "a multiple of pipeline_model_parallel_size",
+                              f"{self.num_microbatches} micro-batches, pp={t.pp}")
+        if t.recompute_num_layers > m.num_layers // (t.pp * t.vpp):
+            raise ConfigError("recompute_num_layers", "must not exceed the layers per pipeline chunk",
+                              f"{t.recompute_num_layers} > {m.num_layers // (t.pp * t.vpp)}")

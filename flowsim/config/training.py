@@ -1,0 +1,135 @@
+"""Parallel layout and training-step settings (Megatron-LM argument names)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flowsim.errors import ConfigError
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How the model is split and stepped.
+
+    Attributes
+    ----------
+    tensor_model_parallel_size, pipeline_model_parallel_size, data_parallel_size,
+    context_parallel_size, expert_model_parallel_size : int
+        Parallel degrees (aliases tp, pp, dp, cp, ep). ``data_parallel_size`` 0 means "derive it from the
+        GPU count".
+    virtual_pipeline_model_parallel_size : int
+        Model chunks per pipeline rank (alias vpp); 1 = not interleaved.
+    sequence_parallel : bool
+        Megatron sequence parallelism with TP (all-gather / reduce-scatter instead of all-reduce).
+    micro_batch_size, global_batch_size : int
+        Sequences per micro-batch per model replica, and per optimizer step in the whole job.
+    seq_length : int
+        Tokens per sequence; 0 takes the model's default.
+    recompute_granularity : str
+        ``none``, ``selective`` (attention core recomputed, Korthikanti et al. 2022) or ``full``
+        (whole layers recomputed; ``recompute_num_layers`` per stage chunk, 0 = all).
+    use_distributed_optimizer : bool
+        Megatron distributed optimizer (ZeRO-1): gradients reduce-scattered, parameters all-gathered.
+    zero_stage : int
+        0-3, degree of state sharding across the data-parallel group (3 = FSDP full shard).
+    precision : str
+        Compute dtype of the GEMMs: ``bf16``, ``fp16`` or ``fp8`` (fp8 GEMMs, bf16 elsewhere).
+    pipeline_schedule : str
+        ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b`` or ``interleaved``.
+    overlap_grad_reduce : bool
+        Data-parallel gradient reduction overlaps the backward pass (bucketed).
+    overlap_param_gather : bool
+        Distributed-optimizer / FSDP parameter all-gather overlaps the forward pass.
+    tp_comm_overlap : bool
+        Tensor-parallel communication overlapped with GEMMs (Megatron/TE userbuffers).
+    bucket_size_bytes : float
+        Gradient bucket size for the overlapped reduction, in bytes.
+    """
+
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    data_parallel_size: int = 0
+    context_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    virtual_pipeline_model_parallel_size: int = 1
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    global_batch_size: int = 0
+    seq_length: int = 0
+    recompute_granularity: str = "none"
+    recompute_num_layers: int = 0
+    use_distributed_optimizer: bool = False
+    zero_stage: int = 0
+    precision: str = "bf16"
+    pipeline_schedule: str = "auto"
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    bucket_size_bytes: float = 40e6
+
+    @property
+    def tp(self) -> int:
+        return self.tensor_model_parallel_size
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline_model_parallel_size
+
+    @property
+    def dp(self) -> int:
+        return self.data_parallel_size
+
+    @property
+    def cp(self) -> int:
+        return self.context_parallel_size
+
+    @property
+    def ep(self) -> int:
+        return self.expert_model_parallel_size
+
+    @property
+    def vpp(self) -> int:
+        return self.virtual_pipeline_model_parallel_size
+
+    @property
+    def schedule(self) -> str:
+        """The resolved pipeline schedule name."""
+        if self.pipeline_schedule != "auto":
+            return self.pipeline_schedule
+        return "interleaved" if self.vpp > 1 else "1f1b"
+
+    def validate(self) -> None:
+        """Raise ConfigError for a field that breaks a rule on its own (cross-checks live in SimConfig)."""
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                     "expert_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                     "micro_batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(name, "must be a positive integer", v)
+        for name in ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(name, "must be a non-negative integer", v)
+        if self.recompute_granularity not in RECOMPUTE:
+            raise ConfigError("recompute_granularity", f"must be one of {', '.join(RECOMPUTE)}",
+                              self.recompute_granularity)
+        if self.precision not in PRECISIONS:
+            raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}", self.precision)
+        if self.pipeline_schedule not in SCHEDULES:
+            raise ConfigError("pipeline_schedule", f"must be one of {', '.join(SCHEDULES)}",
+                              self.pipeline_schedule)
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError("zero_stage", "must be 0, 1, 2 or 3", self.zero_stage)
+        if self.sequence_parallel and self.tp == 1:
+            raise ConfigError("sequence_parallel", "needs tensor_model_parallel_size > 1", "tp=1")
+        if self.vpp > 1 and self.pp == 1:
+            raise ConfigError("virtual_pipeline_model_parallel_size", "needs pipeline_model_parallel_size > 1",
+                              self.vpp)
+        if self.pipeline_schedule == "interleaved" and self.vpp == 1:
+            raise ConfigError("pipeline_schedule", "interleaved needs virtual_pipeline_model_parallel_size > 1",
+                              "vpp=1")
+        if not self.bucket_size_bytes > 0:
+            raise ConfigError("bucket_size_bytes", "must be > 0", self.bucket_size_bytes)

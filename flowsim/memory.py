@@ -1,0 +1,113 @@
+"""Device memory per GPU per pipeline stage: weights, gradients, optimizer states and activations.
+
+Model states follow Megatron-LM's mixed-precision accounting (docs/source/api-guide/dist_optimizer.md,
+"bf16 param, fp32 grads"): 2 bytes of 16-bit weights, 4 bytes of fp32 gradient buffer and 12 bytes of
+fp32 master weight plus Adam moments per parameter (18 bytes); the distributed optimizer / ZeRO-1 shards
+the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP the
+weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1).
+
+Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4): per layer and micro-batch
+``s*b*h*(34/t)`` bytes with sequence parallelism when the attention scores are not stored. FlashAttention
+never stores the ``5*a*s^2*b`` score terms, so flowsim counts the stored tensors of each layer explicitly
+(the table below reproduces 34 s*b*h for GPT-3 shapes: 4h MLP, multi-head attention, dropout).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flowsim.config import SimConfig
+from flowsim.workload import ACT_BYTES, FP32_BYTES, Workload, padded_vocab
+
+WEIGHT_BYTES = 2       # 16-bit model weights
+GRAD_BYTES = 4         # fp32 gradient accumulation buffer (Megatron-LM main_grad)
+OPTIMIZER_BYTES = 12   # fp32 master weights + Adam first and second moments
+FP8_WEIGHT_BYTES = 1   # Transformer Engine keeps an FP8 copy of each FP8 GEMM weight
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak bytes on one GPU of one pipeline stage, by component."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+
+
+def layer_activation_bytes(cfg: SimConfig) -> float:
+    """Bytes one transformer layer keeps for backward, per micro-batch, per GPU, without recompute.
+
+    With FlashAttention (no s^2 terms). For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
+    parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``.
+    """
+    m, t = cfg.model, cfg.training
+    tp = t.tp
+    s = cfg.seq_length // t.cp
+    sbh = s * t.micro_batch_size * m.hidden_size
+    sb = s * t.micro_batch_size
+    spf = tp if t.sequence_parallel else 1       # norms, dropout masks and residual-path tensors
+    d, a, g, f = m.kv_channels, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
+    f_in = f * (2 if m.gated else 1)
+    drop = 1 if m.hidden_dropout > 0 else 0
+    total = 0.0
+    total += 2 * ACT_BYTES * sbh / spf            # inputs of the two norms
+    total += 2 * ACT_BYTES * sbh / spf            # norm outputs = inputs of QKV and fc1 (SP keeps shards)
+    total += ACT_BYTES * sb * (a + 2 * g) * d / tp  # q, k, v kept by the attention kernel
+    total += ACT_BYTES * sb * a * d / tp           # attention output = attn_out GEMM input
+    total += ACT_BYTES * sb * f_in / tp            # fc1 output (activation input)
+    total += ACT_BYTES * sb * f / tp               # activation output = fc2 input
+    total += 2 * drop * sbh / spf                  # two 1-byte dropout masks
+    return total
+
+
+def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
+    """Micro-batches whose activations one GPU of ``stage`` holds at the peak.
+
+    GPipe holds all m; 1F1B holds ``min(p - stage, m)``; interleaved 1F1B holds that times
+    ``1 + (p - 1) / (p * v)`` on the first stage (Narayanan et al. 2021, sec. 2.2 and Korthikanti et al.
+    2022 sec. 4.2.3), scaled the same way on later stages.
+    """
+    t = cfg.training
+    m, p, v = cfg.num_microbatches, t.pp, t.vpp
+    if t.schedule == "gpipe":
+        return float(m)
+    held = float(min(p - stage, m))
+    if t.schedule == "interleaved":
+        held *= 1.0 + (p - 1) / (p * v)
+    return held
+
+
+def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
+    """Peak memory of one GPU of ``stage`` by component (see module docstring)."""
+    m, t = cfg.model, cfg.training
+    params = wl.stage_params[stage]
+    dp = t.dp * t.cp  # optimizer state is sharded over the data- and context-parallel ranks
+    zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
+    w = WEIGHT_BYTES * params / (dp if zero >= 3 else 1)
+    if wl.gemm_dtype == "fp8":
+        w += FP8_WEIGHT_BYTES * params / (dp if zero >= 3 else 1)
+    if zero >= 3:
+        # FSDP gathers one layer's weights at a time and prefetches the next (two full layers)
+        w += 2 * WEIGHT_BYTES * params / max(m.num_layers // t.pp, 1)
+    g = GRAD_BYTES * params / (dp if zero >= 2 else 1)
+    o = OPTIMIZER_BYTES * params / (dp if zero >= 1 else 1)
+
+    layers = wl.layers_per_chunk * t.vpp
+    per_layer = layer_activation_bytes(cfg)
+    mb = in_flight_microbatches(cfg, stage)
+    if wl.recompute_layers_per_chunk:
+        rec = wl.recompute_layers_per_chunk * t.vpp
+        s = cfg.seq_length // t.cp
+        layer_input = ACT_BYTES * s * t.micro_batch_size * m.hidden_size / (t.tp if t.sequence_parallel else 1)
+        stored = rec * layer_input + (layers - rec) * per_layer
+        act = mb * stored + per_layer  # one layer's activations are rebuilt at a time in backward
+    else:
+        act = mb * layers * per_layer
+    if stage == t.pp - 1:
+        tokens = t.micro_batch_size * cfg.seq_length // t.cp
+        act += tokens * padded_vocab(cfg) / t.tp * (ACT_BYTES + FP32_BYTES)  # logits and fp32 softmax
+    return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act)

@@ -1,0 +1,367 @@
+"""Model + parallel layout -> the operations one GPU runs per micro-batch, as op tables.
+
+Rank symmetry (DESIGN.md): every TP/CP/DP rank of a pipeline stage runs the same sequence, so one table
+per kind of block describes them all. Identical transformer layers are built once and repeated by count:
+
+* ``layer``: one transformer layer for one micro-batch on one GPU (forward, backward, recompute);
+* ``embedding``: the input embedding (first pipeline stage);
+* ``head``: final norm, LM head and cross-entropy (last pipeline stage).
+
+Compute rows follow the :mod:`flowsim.kernels` op-table schema (``kind``, ``dtype``, shapes, ``flops``,
+``bytes``) plus ``name``, ``phase`` (``fwd``, ``bwd``, ``recompute``) and ``count`` (instances per
+micro-batch). Communication rows carry ``group`` (``tp``, ``cp``), ``op``, ``size_bytes`` in the
+nccl-tests convention, ``phase``, ``count`` and ``overlap`` (``none`` = on the critical path,
+``dgrad`` = issued asynchronously beside the input-gradient GEMMs, as Megatron-LM does for the
+sequence-parallel all-gather of saved inputs).
+
+Shapes follow Megatron-LM's tensor parallelism (Shoeybi et al. 2019): QKV and MLP-in GEMMs are
+column-parallel, attention-out and MLP-out row-parallel; with sequence parallelism (Korthikanti et al.
+2022, arXiv 2205.05198) norms, dropout and residuals run on ``tokens / tp`` and the all-reduces become
+all-gather + reduce-scatter pairs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from flowsim.config import SimConfig
+from flowsim.units import DTYPE_BYTES
+
+ACT_BYTES = DTYPE_BYTES["bf16"]  # activations, weights and gradients are kept in bf16/fp16 (2 bytes)
+FP32_BYTES = DTYPE_BYTES["fp32"]
+
+# Transformer Engine FP8 recipe (TE docs, "Using FP8 with Transformer Engine"): the input of every FP8
+# GEMM is cast (read 2-byte, write 1-byte) and, for the weight-gradient GEMM on Hopper, transposed (read
+# and write 1-byte); the output gradient likewise in backward. Weights are cast once per optimizer step.
+FP8_CAST_BYTES_PER_ELEM = ACT_BYTES + 1
+FP8_TRANSPOSE_BYTES_PER_ELEM = 2
+
+# Memory-bound kernel traffic, in bytes per element of the [tokens, width] tensor they touch. Each is
+# the count of tensors read and written by the kernel (2 bytes each, masks 1 byte); a norm reads x and
+# writes y, backward reads x, dy and writes dx (weight-gradient partial sums are small).
+NORM_FWD_BYTES = 2 * ACT_BYTES
+NORM_BWD_BYTES = 3 * ACT_BYTES
+RESIDUAL_FWD_BYTES = 3 * ACT_BYTES            # read x, read residual, write sum
+DROPOUT_RESIDUAL_FWD_BYTES = 3 * ACT_BYTES + 1  # fused bias-dropout-add also writes a 1-byte mask
+DROPOUT_BWD_BYTES = 2 * ACT_BYTES + 1         # read grad and mask, write grad
+ROPE_BYTES = 2 * ACT_BYTES                    # read and write q and k
+
+# Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
+# read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
+# gradient buffer writes 4 more.
+ADAM_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 + 4
+ADAM_FLOPS_PER_PARAM = 12  # a dozen FLOP per element; negligible next to the traffic
+
+
+@dataclass(frozen=True)
+class OpSet:
+    """Compute and communication of one block for one micro-batch on one GPU."""
+
+    compute: pd.DataFrame
+    comms: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything one GPU of each pipeline stage does in one optimizer step.
+
+    Attributes
+    ----------
+    layer, embedding, head : OpSet
+        Per-micro-batch blocks (see module docstring).
+    layers_per_chunk : int
+        Transformer layers in one model chunk (``num_layers / (pp * vpp)``).
+    recompute_layers_per_chunk : int
+        Layers of each chunk whose forward is re-run in backward (full recompute).
+    p2p_bytes : float
+        Bytes of the activation (or its gradient) one GPU sends to the next stage per micro-batch.
+    stage_params : tuple[float, ...]
+        Parameters held by one GPU of each stage before any ZeRO sharding (TP-sharded), count.
+    gemm_dtype : str
+        Dtype of the GEMMs (``fp8`` runs the linear layers in FP8, everything else in 16-bit).
+    """
+
+    layer: OpSet
+    embedding: OpSet
+    head: OpSet
+    layers_per_chunk: int
+    recompute_layers_per_chunk: int
+    p2p_bytes: float
+    stage_params: tuple
+    gemm_dtype: str
+
+
+def _gemm(name, m, n, k, dtype, phase, count=1):
+    flops = 2.0 * m * n * k
+    eb = DTYPE_BYTES[dtype]
+    return dict(name=name, kind="gemm", dtype=dtype, m=m, n=n, k=k, batch=1, flops=flops,
+                bytes=eb * (m * k + k * n) + ACT_BYTES * m * n, phase=phase, count=count)
+
+
+def _linear(rows, name, tokens, n_out, k_in, dtype, recompute):
+    """Forward, input-gradient and weight-gradient GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W``."""
+    rows.append(_gemm(f"{name}", tokens, n_out, k_in, dtype, "fwd"))
+    rows.append(_gemm(f"{name}.dgrad", tokens, k_in, n_out, dtype, "bwd"))
+    rows.append(_gemm(f"{name}.wgrad", k_in, n_out, tokens, dtype, "bwd"))
+    if recompute:
+        rows.append(_gemm(f"{name}", tokens, n_out, k_in, dtype, "recompute"))
+    if dtype == "fp8":
+        rows.append(_memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "fwd"))
+        rows.append(_memory(f"{name}.cast_grad", tokens * n_out * FP8_CAST_BYTES_PER_ELEM, "bwd"))
+        rows.append(_memory(f"{name}.transpose", (tokens * k_in + tokens * n_out) * FP8_TRANSPOSE_BYTES_PER_ELEM,
+                            "bwd"))
+        if recompute:
+            rows.append(_memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "recompute"))
+
+
+def _memory(name, nbytes, phase, count=1, flops=0.0):
+    return dict(name=name, kind="memory", dtype="bf16", flops=flops, bytes=float(nbytes), phase=phase, count=count)
+
+
+def _attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, phase):
+    kind = "attn_bwd" if phase == "bwd" else "attn_fwd"
+    # FlashAttention FLOP convention (flash-attention benchmarks/benchmark_flash_attention.py):
+    # forward 4*b*s_q*s_k*h*d, halved for causal; backward 2.5x forward (it recomputes the scores).
+    fwd = 4.0 * batch * seq_q * seq_k * heads * head_dim / (2.0 if causal else 1.0)
+    flops = 2.5 * fwd if kind == "attn_bwd" else fwd
+    qo = batch * seq_q * heads * head_dim
+    kv = batch * seq_k * kv_heads * head_dim
+    nbytes = ACT_BYTES * (2 * qo + 2 * kv) * (2 if kind == "attn_bwd" else 1)
+    return dict(name=name, kind=kind, dtype="bf16", batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
+                seq_k=seq_k, head_dim=head_dim, causal=causal, flops=flops, bytes=float(nbytes), phase=phase,
+                count=1)
+
+
+def _comm(group, op, size_bytes, phase, overlap="none", count=1):
+    return dict(group=group, op=op, size_bytes=float(size_bytes), phase=phase, overlap=overlap, count=count)
+
+
+_COMPUTE_COLUMNS = ["name", "kind", "dtype", "m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k",
+                    "head_dim", "causal", "flops", "bytes", "phase", "count"]
+_COMM_COLUMNS = ["group", "op", "size_bytes", "phase", "overlap", "count"]
+
+
+def _finish(rows, comms) -> OpSet:
+    compute = pd.DataFrame(rows).reindex(columns=_COMPUTE_COLUMNS)
+    for c in ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim"):
+        compute[c] = compute[c].fillna(0).astype("int64")
+    compute["causal"] = compute["causal"].fillna(False).astype(bool)
+    return OpSet(compute=compute, comms=pd.DataFrame(comms, columns=_COMM_COLUMNS))
+
+
+def _tp_comms(comms, tp, sp, act_bytes, phase):
+    """Collectives around one column-parallel -> row-parallel pair (attention or MLP), one direction."""
+    if tp == 1:
+        return
+    if sp:
+        if phase in ("fwd", "recompute"):
+            comms.append(_comm("tp", "allgather", act_bytes, phase))      # gather the sequence shards
+            comms.append(_comm("tp", "reducescatter", act_bytes, phase))  # row-parallel output
+        else:
+            comms.append(_comm("tp", "allgather", act_bytes, "bwd"))       # grad of row-parallel output
+            comms.append(_comm("tp", "reducescatter", act_bytes, "bwd"))   # grad of column-parallel input
+            comms.append(_comm("tp", "allgather", act_bytes, "bwd", overlap="dgrad"))  # saved input for wgrad
+    else:
+        comms.append(_comm("tp", "allreduce", act_bytes, phase))
+
+
+def build_layer(cfg: SimConfig) -> OpSet:
+    """One transformer layer, one micro-batch, one GPU (see module docstring)."""
+    m, t = cfg.model, cfg.training
+    tp, cp, sp = t.tp, t.cp, t.sequence_parallel
+    b, s = t.micro_batch_size, cfg.seq_length
+    s_local = s // cp
+    tokens = b * s_local                     # tokens entering this GPU's layer per micro-batch
+    tok_sp = tokens // tp if sp else tokens  # tokens for norms/dropout/residual
+    h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
+    heads, groups = m.num_attention_heads // tp, max(m.num_query_groups // tp, 1)
+    dt = "fp8" if t.precision == "fp8" else "bf16"
+    full = t.recompute_granularity == "full"
+    rows: list[dict] = []
+    comms: list[dict] = []
+    act = tokens * h * ACT_BYTES  # the full [tokens, h] activation of the TP group, bytes
+
+    phases = ("fwd", "bwd") + (("recompute",) if full else ())
+    dropout = m.hidden_dropout > 0
+
+    def norm(name):
+        rows.append(_memory(f"{name}", tok_sp * h * NORM_FWD_BYTES, "fwd"))
+        rows.append(_memory(f"{name}.bwd", tok_sp * h * NORM_BWD_BYTES, "bwd"))
+        if full:
+            rows.append(_memory(f"{name}", tok_sp * h * NORM_FWD_BYTES, "recompute"))
+
+    def residual(name):
+        per = DROPOUT_RESIDUAL_FWD_BYTES if dropout else RESIDUAL_FWD_BYTES
+        rows.append(_memory(name, tok_sp * h * per, "fwd"))
+        if dropout:
+            rows.append(_memory(f"{name}.bwd", tok_sp * h * DROPOUT_BWD_BYTES, "bwd"))
+        if full:
+            rows.append(_memory(name, tok_sp * h * per, "recompute"))
+
+    # attention block
+    norm("input_norm")
+    qkv_out = (heads + 2 * groups) * d
+    _linear(rows, "qkv", tokens, qkv_out, h, dt, full)
+    if m.position_embedding == "rope":
+        rows.append(_memory("rope", tokens * (heads + groups) * d * ROPE_BYTES, "fwd"))
+        rows.append(_memory("rope.bwd", tokens * (heads + groups) * d * ROPE_BYTES, "bwd"))
+        if full:
+            rows.append(_memory("rope", tokens * (heads + groups) * d * ROPE_BYTES, "recompute"))
+    # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
+    # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
+    rows.append(_attention("attention", b, heads, groups, s_local, s, d, True, "fwd"))
+    rows.append(_attention("attention.bwd", b, heads, groups, s_local, s, d, True, "bwd"))
+    if full or t.recompute_granularity == "selective":
+        rows.append(_attention("attention", b, heads, groups, s_local, s, d, True, "recompute"))
+    _linear(rows, "attn_out", tokens, h, heads * d, dt, full)
+    residual("attn_residual")
+
+    # MLP block
+    norm("post_attn_norm")
+    fc1_out = (2 if m.gated else 1) * f // tp
+    _linear(rows, "fc1", tokens, fc1_out, h, dt, full)
+    act_fwd = tokens * (fc1_out + f // tp) * ACT_BYTES          # read pre-activation, write activation
+    act_bwd = tokens * (fc1_out * 2 + f // tp) * ACT_BYTES      # read pre-act and grad, write grad
+    rows.append(_memory("activation", act_fwd, "fwd"))
+    rows.append(_memory("activation.bwd", act_bwd, "bwd"))
+    if full:
+        rows.append(_memory("activation", act_fwd, "recompute"))
+    _linear(rows, "fc2", tokens, h, f // tp, dt, full)
+    residual("mlp_residual")
+    for _block in ("attention", "mlp"):
+        for ph in phases:
+            _tp_comms(comms, tp, sp, act, ph)
+
+    if cp > 1:
+        # Ring attention: each CP rank passes its K and V chunk around the ring (cp - 1 steps) in forward,
+        # and K, V and their gradients in backward (Megatron-LM context parallelism, TE
+        # AttnFuncWithCPAndKVP2P). Overlapped with the attention kernels of the previous step.
+        kv_chunk = 2 * b * s_local * groups * d * ACT_BYTES
+        comms.append(_comm("cp", "sendrecv", kv_chunk, "fwd", overlap="attention", count=cp - 1))
+        comms.append(_comm("cp", "sendrecv", 2 * kv_chunk, "bwd", overlap="attention", count=cp - 1))
+        if full or t.recompute_granularity == "selective":
+            comms.append(_comm("cp", "sendrecv", kv_chunk, "recompute", overlap="attention", count=cp - 1))
+    return _finish(rows, comms)
+
+
+def build_embedding(cfg: SimConfig) -> OpSet:
+    """Word (and learned position) embedding lookup on the first stage, one micro-batch."""
+    m, t = cfg.model, cfg.training
+    tokens = t.micro_batch_size * cfg.seq_length // t.cp
+    tok_sp = tokens // t.tp if t.sequence_parallel else tokens
+    h = m.hidden_size
+    rows = [_memory("embedding", tokens * h * ACT_BYTES * (2 if m.position_embedding == "learned" else 1), "fwd"),
+            _memory("embedding.bwd", tokens * h * ACT_BYTES * 2, "bwd")]
+    comms = []
+    if t.tp > 1:
+        # Vocab-parallel embedding: partial lookups summed across TP (reduce-scatter with SP).
+        op = "reducescatter" if t.sequence_parallel else "allreduce"
+        comms.append(_comm("tp", op, tokens * h * ACT_BYTES, "fwd"))
+        if t.sequence_parallel:
+            comms.append(_comm("tp", "allgather", tokens * h * ACT_BYTES, "bwd"))
+    if m.hidden_dropout > 0:
+        rows.append(_memory("embedding.dropout", tok_sp * h * (2 * ACT_BYTES + 1), "fwd"))
+    return _finish(rows, comms)
+
+
+def padded_vocab(cfg: SimConfig) -> int:
+    """Vocabulary padded to a multiple of 128 x tp, as Megatron-LM's ``make_vocab_size_divisible_by``."""
+    mult = 128 * cfg.training.tp
+    return -(-cfg.model.vocab_size // mult) * mult
+
+
+def build_head(cfg: SimConfig) -> OpSet:
+    """Final norm, LM head GEMMs and vocab-parallel cross-entropy on the last stage, one micro-batch."""
+    m, t = cfg.model, cfg.training
+    tokens = t.micro_batch_size * cfg.seq_length // t.cp
+    tok_sp = tokens // t.tp if t.sequence_parallel else tokens
+    h = m.hidden_size
+    v_local = padded_vocab(cfg) // t.tp
+    rows = [_memory("final_norm", tok_sp * h * NORM_FWD_BYTES, "fwd"),
+            _memory("final_norm.bwd", tok_sp * h * NORM_BWD_BYTES, "bwd")]
+    # The output layer runs in 16-bit even in FP8 recipes (TE keeps the first and last layers in BF16).
+    _linear(rows, "lm_head", tokens, v_local, h, "bf16", False)
+    # Cross-entropy upcasts the logits to fp32: read 2-byte logits, write fp32 softmax; backward reads
+    # it and writes the 2-byte gradient (Megatron-LM vocab_parallel_cross_entropy).
+    rows.append(_memory("cross_entropy", tokens * v_local * (ACT_BYTES + FP32_BYTES), "fwd"))
+    rows.append(_memory("cross_entropy.bwd", tokens * v_local * (FP32_BYTES + ACT_BYTES), "bwd"))
+    comms = []
+    if t.tp > 1:
+        if t.sequence_parallel:
+            comms.append(_comm("tp", "allgather", tokens * h * ACT_BYTES, "fwd"))
+            comms.append(_comm("tp", "reducescatter", tokens * h * ACT_BYTES, "bwd"))
+        else:
+            comms.append(_comm("tp", "allreduce", tokens * h * ACT_BYTES, "bwd"))
+        # max and sum-exp of the logits across the vocab shards: three small fp32 all-reduces
+        comms.append(_comm("tp", "allreduce", tokens * FP32_BYTES, "fwd", count=3))
+    return _finish(rows, comms)
+
+
+def layer_params(cfg: SimConfig) -> float:
+    """Parameters of one transformer layer held by one TP rank."""
+    m, tp = cfg.model, cfg.training.tp
+    h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
+    a, g = m.num_attention_heads, m.num_query_groups
+    sharded = h * d * (a + 2 * g) + a * d * h + h * f * (2 if m.gated else 1) + f * h
+    if m.add_bias_linear:
+        sharded += d * (a + 2 * g) + f * (2 if m.gated else 1)
+    replicated = 2 * h * (2 if m.normalization == "layernorm" else 1) + (2 * h if m.add_bias_linear else 0)
+    return sharded / tp + replicated
+
+
+def stage_params(cfg: SimConfig) -> tuple:
+    """Parameters held by one GPU of each pipeline stage (TP-sharded, before ZeRO sharding)."""
+    m, t = cfg.model, cfg.training
+    h, v = m.hidden_size, padded_vocab(cfg)
+    per_stage_layers = m.num_layers // t.pp
+    out = []
+    for s in range(t.pp):
+        n = per_stage_layers * layer_params(cfg)
+        if s == 0:
+            n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
+        if s == t.pp - 1:
+            n += h * (2 if m.normalization == "layernorm" else 1)
+            if m.untie_embeddings_and_output_weights or t.pp > 1:
+                # a tied head on another stage keeps its own copy of the word embedding (Megatron-LM)
+                n += v * h / t.tp
+        out.append(float(n))
+    return tuple(out)
+
+
+def build_workload(cfg: SimConfig) -> Workload:
+    """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig)."""
+    t = cfg.training
+    lpc = cfg.model.num_layers // (t.pp * t.vpp)
+    if t.recompute_granularity == "full":
+        rlpc = t.recompute_num_layers or lpc
+    else:
+        rlpc = 0
+    tokens = t.micro_batch_size * cfg.seq_length // t.cp
+    p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
+    return Workload(
+        layer=build_layer(cfg),
+        embedding=build_embedding(cfg),
+        head=build_head(cfg),
+        layers_per_chunk=lpc,
+        recompute_layers_per_chunk=rlpc,
+        p2p_bytes=float(p2p),
+        stage_params=stage_params(cfg),
+        gemm_dtype="fp8" if t.precision == "fp8" else "bf16",
+    )
+
+
+def model_flops_per_token(cfg: SimConfig) -> float:
+    """Useful training FLOPs per token (forward + backward, no recompute), causal attention.
+
+    ``6 * N`` for the dense GEMMs, where N counts every transformer weight matrix and the LM head
+    (not the embedding lookup), plus ``6 * 2 * layers * seq * heads * kv_channels / 2`` for the
+    attention scores and their product with V (causal: half of the square is computed).
+    """
+    m = cfg.model
+    h, d, f, l = m.hidden_size, m.kv_channels, m.ffn_hidden_size, m.num_layers
+    a, g = m.num_attention_heads, m.num_query_groups
+    per_layer = h * d * (a + 2 * g) + a * d * h + h * f * (2 if m.gated else 1) + f * h
+    dense = l * per_layer + h * m.vocab_size
+    attention = 2.0 * l * cfg.seq_length * a * d * 0.5
+    return 6.0 * dense + 6.0 * attention
