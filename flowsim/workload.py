@@ -146,7 +146,7 @@ def _finish(rows, comms) -> OpSet:
     compute = pd.DataFrame(rows).reindex(columns=_COMPUTE_COLUMNS)
     for c in ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim"):
         compute[c] = compute[c].fillna(0).astype("int64")
-    compute["causal"] = compute["causal"].fillna(False).astype(bool)
+    compute["causal"] = compute["causal"].astype(object).where(compute["causal"].notna(), False).astype(bool)
     return OpSet(compute=compute, comms=pd.DataFrame(comms, columns=_COMM_COLUMNS))
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -61,8 +60,11 @@ def _section_of(key: str) -> str:
     raise ConfigError(key, "unknown key (see `flowsim estimate --help` for the accepted names)")
 
 
-def _preset_dir(kind: str):
-    return resources.files("flowsim").joinpath("presets", kind)
+_PRESETS = Path(__file__).resolve().parent.parent / "presets"
+
+
+def _preset_dir(kind: str) -> Path:
+    return _PRESETS / kind
 
 
 def list_presets(kind: str) -> list[str]:

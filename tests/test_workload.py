@@ -1,0 +1,67 @@
+"""Workload op tables: FLOP counts against Megatron-LM's formula, TP sharding, communication volumes."""
+import pytest
+
+from flowsim.config import build_config
+from flowsim.workload import build_workload, model_flops_per_token, padded_vocab
+
+GPT = dict(model="gpt3-175b", cluster="dgx-h100")
+
+
+def _flops(opset, phase=None, kind=None):
+    c = opset.compute
+    sel = c["phase"].isin(["fwd", "bwd"]) if phase is None else c["phase"] == phase
+    if kind:
+        sel &= c["kind"] == kind
+    return float((c["flops"] * c["count"])[sel].sum())
+
+
+def test_gemm_flops_equal_megatron_formula():
+    # Narayanan et al. 2021 eq. (3) without recompute: F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+    # Its GEMM part is 72 B s l h^2 (1 + V/(12 l h)); the attention part 72 B s l h^2 * s/(6h) = 12 B s^2 l h
+    # counts non-causal scores with backward = 2 x forward.
+    cfg = build_config(**GPT, gpus=8, dp=8, mbs=1, gbs=8)
+    wl = build_workload(cfg)
+    B, s, l, h = 1, 2048, 96, 12288
+    V = padded_vocab(cfg)
+    gemm = l * _flops(wl.layer, kind="gemm") + _flops(wl.head, kind="gemm")
+    assert gemm == pytest.approx(72 * B * s * l * h**2 * (1 + V / (12 * l * h)), rel=1e-12)
+    # attention forward: 4 B s^2 h for non-causal scores, half of it computed with the causal mask
+    assert _flops(wl.layer, "fwd", "attn_fwd") == pytest.approx(4 * B * s**2 * h / 2, rel=1e-12)
+
+
+def test_model_flops_per_token_convention():
+    cfg = build_config(**GPT, gpus=8, dp=8, gbs=8)
+    l, h, s, V = 96, 12288, 2048, 51200
+    # 6 N (N = 12 l h^2 transformer weights + h V head) + causal attention 6 * l * s * h
+    assert model_flops_per_token(cfg) == pytest.approx(6 * (12 * l * h**2 + h * V) + 6 * l * s * h, rel=1e-12)
+
+
+def test_tensor_parallel_shards_gemms_and_adds_collectives():
+    one = build_workload(build_config(**GPT, gpus=8, dp=8, gbs=8))
+    tp8 = build_workload(build_config(**GPT, gpus=8, tp=8, gbs=1))
+    assert _flops(tp8.layer, kind="gemm") == pytest.approx(_flops(one.layer, kind="gemm") / 8, rel=1e-12)
+    ar = tp8.layer.comms
+    # no sequence parallelism: one all-reduce of the [s*b, h] activation per block and direction
+    assert list(ar["op"]) == ["allreduce"] * 4
+    assert (ar["size_bytes"] == 2048 * 12288 * 2).all()
+    sp = build_workload(build_config(**GPT, gpus=8, tp=8, gbs=1, sp=True)).layer.comms
+    assert sorted(sp["op"]) == ["allgather"] * 6 + ["reducescatter"] * 4
+    assert (sp["overlap"] == "dgrad").sum() == 2
+
+
+def test_recompute_adds_forward_again():
+    base = build_workload(build_config(**GPT, gpus=8, tp=8, gbs=1))
+    full = build_workload(build_config(**GPT, gpus=8, tp=8, gbs=1, recompute="full"))
+    sel = build_workload(build_config(**GPT, gpus=8, tp=8, gbs=1, recompute="selective"))
+    assert _flops(full.layer, "recompute") == pytest.approx(_flops(base.layer, "fwd"), rel=1e-12)
+    assert _flops(sel.layer, "recompute") == pytest.approx(_flops(base.layer, "fwd", "attn_fwd"), rel=1e-12)
+    assert full.recompute_layers_per_chunk == 96 and base.recompute_layers_per_chunk == 0
+    assert (full.layer.comms["phase"] == "recompute").sum() == 2
+
+
+def test_pipeline_stage_parameters_sum_to_model():
+    cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, pp=4, dp=2, gbs=8)
+    wl = build_workload(cfg)
+    # untied Llama: every stage's transformer layers plus embedding (stage 0) and head (last stage)
+    assert sum(wl.stage_params) == pytest.approx(cfg.model.num_parameters() - 0, rel=1e-3)
+    assert wl.stage_params[0] > wl.stage_params[1] == wl.stage_params[2] < wl.stage_params[3]
