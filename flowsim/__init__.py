@@ -8,5 +8,6 @@ from flowsim._version import __version__
 from flowsim.config import SimConfig, build_config
 from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.result import Result
+from flowsim.simulate import simulate
 
-__all__ = ["ConfigError", "FlowsimWarning", "Result", "SimConfig", "__version__", "build_config"]
+__all__ = ["ConfigError", "FlowsimWarning", "Result", "SimConfig", "__version__", "build_config", "simulate"]

@@ -41,7 +41,7 @@ class StageMemory:
 def layer_activation_bytes(cfg: SimConfig) -> float:
     """Bytes one transformer layer keeps for backward, per micro-batch, per GPU, without recompute.
 
-    With FlashAttention (no s^2 terms). For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
+    With FlashAttention there are no s^2 terms; unfused attention adds Korthikanti et al.'s 5 a s^2 b / t. For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
     parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``.
     """
     m, t = cfg.model, cfg.training
@@ -61,6 +61,9 @@ def layer_activation_bytes(cfg: SimConfig) -> float:
     total += ACT_BYTES * sb * f_in / tp            # fc1 output (activation input)
     total += ACT_BYTES * sb * f / tp               # activation output = fc2 input
     total += 2 * drop * sbh / spf                  # two 1-byte dropout masks
+    if not t.use_flash_attn and t.recompute_granularity != "selective":
+        # stored scores (selective recompute rebuilds them in backward instead): softmax output (2 bytes), dropout mask (1) and output (2) = 5 a s^2 b / t
+        total += (2 + 3 * drop) * a * s * s * t.micro_batch_size / tp
     return total
 
 

@@ -133,6 +133,39 @@ def _attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, pha
                 count=1)
 
 
+def _batched_gemm(name, batch, m, n, k, phase):
+    row = _gemm(name, m, n, k, "bf16", phase)
+    row.update(batch=batch, flops=row["flops"] * batch, bytes=row["bytes"] * batch)
+    return row
+
+
+def _unfused_attention(bh, s, d, dropout, phase):
+    """Megatron-LM's core attention without FlashAttention, for ``bh`` (batch x local heads) heads.
+
+    Forward: scores = Q K^T (batched GEMM, the full square), fused scale-mask-softmax (read and write the
+    2-byte scores), optional dropout (read, write, 1-byte mask), context = P V. Backward: the two GEMMs'
+    input gradients (four batched GEMMs), dropout and softmax backward (read probabilities and gradient,
+    write gradient).
+    """
+    sq = float(bh) * s * s  # score elements
+    drop_fwd = sq * (2 * ACT_BYTES + 1) if dropout else 0.0
+    if phase == "bwd":
+        rows = [_batched_gemm("attn_scores.dgrad_q", bh, s, d, s, phase),
+                _batched_gemm("attn_scores.dgrad_k", bh, s, d, s, phase),
+                _batched_gemm("attn_context.dgrad_p", bh, s, s, d, phase),
+                _batched_gemm("attn_context.dgrad_v", bh, s, d, s, phase),
+                _memory("softmax.bwd", sq * 3 * ACT_BYTES, phase)]
+        if dropout:
+            rows.append(_memory("attn_dropout.bwd", sq * (2 * ACT_BYTES + 1), phase))
+        return rows
+    rows = [_batched_gemm("attn_scores", bh, s, s, d, phase),
+            _memory("softmax", sq * 2 * ACT_BYTES, phase),
+            _batched_gemm("attn_context", bh, s, d, s, phase)]
+    if dropout:
+        rows.append(_memory("attn_dropout", drop_fwd, phase))
+    return rows
+
+
 def _comm(group, op, size_bytes, phase, overlap="none", count=1):
     return dict(group=group, op=op, size_bytes=float(size_bytes), phase=phase, overlap=overlap, count=count)
 
@@ -210,10 +243,13 @@ def build_layer(cfg: SimConfig) -> OpSet:
             rows.append(_memory("rope", tokens * (heads + groups) * d * ROPE_BYTES, "recompute"))
     # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
     # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
-    rows.append(_attention("attention", b, heads, groups, s_local, s, d, True, "fwd"))
-    rows.append(_attention("attention.bwd", b, heads, groups, s_local, s, d, True, "bwd"))
-    if full or t.recompute_granularity == "selective":
-        rows.append(_attention("attention", b, heads, groups, s_local, s, d, True, "recompute"))
+    attn_phases = ("fwd", "bwd") + (("recompute",) if full or t.recompute_granularity == "selective" else ())
+    for ph in attn_phases:
+        if t.use_flash_attn:
+            rows.append(_attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
+                                   True, ph))
+        else:
+            rows.extend(_unfused_attention(b * heads, s, d, m.hidden_dropout > 0, ph))
     _linear(rows, "attn_out", tokens, h, heads * d, dt, full)
     residual("attn_residual")
 

@@ -19,6 +19,17 @@ def test_activation_bytes_match_korthikanti_sp_formula():
     assert layer_activation_bytes(no_sp) == pytest.approx(s * b * h * (10 + 24 / t), rel=1e-12)
 
 
+def test_unfused_attention_adds_score_terms():
+    # Korthikanti et al. 2022 eq. (2) with tensor parallelism: s b h (10 + 24/t + 5 a s / (h t))
+    cfg = build_config(model="gpt3-175b", cluster="dgx-h100", gpus=64, tp=8, pp=8, gbs=8, mbs=1,
+                       use_flash_attn=False)
+    s, b, h, t, a = 2048, 1, 12288, 8, 96
+    assert layer_activation_bytes(cfg) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
+    sel = build_config(model="gpt3-175b", cluster="dgx-h100", gpus=64, tp=8, pp=8, gbs=8, mbs=1,
+                       use_flash_attn=False, recompute="selective", sp=True)
+    assert layer_activation_bytes(sel) == pytest.approx(34 * s * b * h / t, rel=1e-12)
+
+
 def test_model_state_bytes_follow_megatron_table():
     # Megatron-LM distributed optimizer doc: 18 bytes/param plain; 6 + 12/d with the distributed optimizer
     cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, dp=8, gbs=8)

@@ -65,3 +65,17 @@ def test_pipeline_stage_parameters_sum_to_model():
     # untied Llama: every stage's transformer layers plus embedding (stage 0) and head (last stage)
     assert sum(wl.stage_params) == pytest.approx(cfg.model.num_parameters() - 0, rel=1e-3)
     assert wl.stage_params[0] > wl.stage_params[1] == wl.stage_params[2] < wl.stage_params[3]
+
+
+def test_unfused_attention_computes_the_full_square():
+    # Without FlashAttention Megatron-LM computes all s x s scores: Q K^T and P V are 2 * 2 b a s^2 d / t
+    cfg = build_config(**GPT, gpus=8, tp=8, gbs=1, use_flash_attn=False)
+    wl = build_workload(cfg)
+    c = wl.layer.compute
+    fwd = c[(c["phase"] == "fwd") & c["name"].str.startswith("attn_s") | (c["phase"] == "fwd") &
+            c["name"].str.startswith("attn_c")]
+    b, s, h, t = 1, 2048, 12288, 8
+    assert float(fwd["flops"].sum()) == pytest.approx(4 * b * s * s * h / t, rel=1e-12)
+    # backward runs four batched GEMMs of the same size
+    bwd = c[(c["phase"] == "bwd") & c["name"].str.startswith("attn_")]
+    assert float(bwd[bwd["kind"] == "gemm"]["flops"].sum()) == pytest.approx(8 * b * s * s * h / t, rel=1e-12)

@@ -47,6 +47,9 @@ class TrainingConfig:
         Tensor-parallel communication overlapped with GEMMs (Megatron/TE userbuffers).
     bucket_size_bytes : float
         Gradient bucket size for the overlapped reduction, in bytes.
+    use_flash_attn : bool
+        Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
+        batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
     """
 
     tensor_model_parallel_size: int = 1
@@ -69,6 +72,7 @@ class TrainingConfig:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     bucket_size_bytes: float = 40e6
+    use_flash_attn: bool = True
 
     @property
     def tp(self) -> int:
@@ -131,5 +135,7 @@ class TrainingConfig:
         if self.pipeline_schedule == "interleaved" and self.vpp == 1:
             raise ConfigError("pipeline_schedule", "interleaved needs virtual_pipeline_model_parallel_size > 1",
                               "vpp=1")
+        if self.cp > 1 and not self.use_flash_attn:
+            raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
         if not self.bucket_size_bytes > 0:
             raise ConfigError("bucket_size_bytes", "must be > 0", self.bucket_size_bytes)

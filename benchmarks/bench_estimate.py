@@ -1,0 +1,48 @@
+"""Speed of one step estimate: gpt3-175b on 1,024 H100 (TP8 PP8 DP16, GBS 1536).
+
+Run: ``python benchmarks/bench_estimate.py``. Prints the in-process time per config after compilation
+(median of repeated ``flowsim.simulate`` calls) and the wall time of the whole ``flowsim estimate`` command
+with the numba cache warm. Figures and the machine go into docs/PERFORMANCE.md.
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import flowsim
+from flowsim.simulate import simulate
+
+ARGS = dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, dp=16, gbs=1536, sp=True)
+CLI = ["flowsim", "estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100", "--gpus", "1024", "--tp", "8",
+       "--pp", "8", "--dp", "16", "--gbs", "1536", "--sp"]
+
+
+def main(repeats: int = 50) -> None:
+    cfg = flowsim.build_config(**ARGS)
+    simulate(cfg)  # compile / warm caches
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        simulate(cfg)
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        simulate(flowsim.build_config(**ARGS))
+    with_build = (time.perf_counter() - t0) / repeats
+    subprocess.run(CLI, check=True, capture_output=True)  # warm the numba on-disk cache
+    walls = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        subprocess.run(CLI, check=True, capture_output=True)
+        walls.append(time.perf_counter() - t0)
+    print(f"machine: {platform.processor() or platform.machine()}, python {sys.version.split()[0]}")
+    print(f"simulate(cfg) median over {repeats}: {1e3 * statistics.median(times):.2f} ms")
+    print(f"build_config + simulate mean: {1e3 * with_build:.2f} ms")
+    print(f"flowsim estimate command (warm cache) median of 5: {statistics.median(walls):.2f} s")
+
+
+if __name__ == "__main__":
+    main()

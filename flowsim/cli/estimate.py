@@ -1,0 +1,117 @@
+"""``flowsim estimate``: predict one training step from presets, a config file and flags."""
+from __future__ import annotations
+
+import click
+
+from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.config import ALIASES, list_presets
+from flowsim.errors import ConfigError
+
+POS_INT = click.IntRange(min=1)
+
+
+def _parse_set(values) -> dict:
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise ConfigError("--set", "must be KEY=VALUE", item)
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _report(r) -> str:
+    cfg = r.config
+    t, c, m = cfg["training"], cfg["cluster"], cfg["model"]
+    lines = [
+        f"model {m['name']}  on {c['num_gpus']} x {c['gpu']} ({c['name']}: {c['gpus_per_node']} GPUs/node, "
+        f"{c['nics_per_node']} x {c['nic_gbps']:g} Gb/s NICs)",
+        f"layout tp={t['tensor_model_parallel_size']} pp={t['pipeline_model_parallel_size']} "
+        f"vpp={t['virtual_pipeline_model_parallel_size']} dp={t['data_parallel_size']} "
+        f"cp={t['context_parallel_size']} sp={int(t['sequence_parallel'])}  mbs={t['micro_batch_size']} "
+        f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={t['recompute_granularity']} "
+        f"precision={t['precision']} schedule={t['pipeline_schedule']}",
+        "",
+        f"step time        {r.step_time_s:10.4f} s",
+        f"tokens/s         {r.tokens_per_s:10.4g}",
+        f"TFLOP/s per GPU  {r.tflops_per_gpu:10.1f}   (model FLOPs: 6*N*tokens + causal attention)",
+        f"MFU              {100 * r.mfu:10.1f} %  (vs dense {r.peak_flop_per_s / 1e12:.0f} TFLOP/s 16-bit peak)",
+        f"HFU              {100 * r.hfu:10.1f} %  (with recompute)",
+        f"memory per GPU   {r.memory_gb_per_gpu:10.1f} GB of {r.memory_capacity_bytes / 1e9:.0f} GB"
+        + ("" if r.fits_memory else "   DOES NOT FIT"),
+        "",
+    ]
+    rows = [dict(stage=s.stage, compute=s.compute_s, tp=s.tp_comm_s, cp=s.cp_comm_s, pp=s.pp_comm_s,
+                 dp=s.dp_comm_s, bubble=s.bubble_s, opt=s.optimizer_s, mem=s.memory_bytes / 1e9)
+             for s in r.stages]
+    cols = [("stage", "stage", "d"), ("compute", "compute s", ".3f"), ("tp", "TP comm s", ".3f"),
+            ("cp", "CP comm s", ".3f"), ("pp", "PP comm s", ".3f"), ("dp", "DP comm s", ".3f"),
+            ("bubble", "bubble s", ".3f"), ("opt", "optimizer s", ".3f"), ("mem", "memory GB", ".1f")]
+    if len(rows) > 8:
+        rows = rows[:2] + rows[-2:]
+        lines.append("(first and last two pipeline stages; --json for all)")
+    lines.append(format_table(rows, cols))
+    lines.append("")
+    crow = [dict(group=x.group, op=x.op, size=x.size_bytes / 2**20, n=x.n_ranks, algo=f"{x.algo}/{x.proto}",
+                 t=x.time_s * 1e3, count=x.count_per_step) for x in r.collectives]
+    if crow:
+        lines.append(format_table(crow, [("group", "group", ""), ("op", "collective", ""),
+                                         ("size", "size MiB", ".2f"), ("n", "ranks", "d"),
+                                         ("algo", "NCCL algo/proto", ""), ("t", "time ms", ".3f"),
+                                         ("count", "calls/step", "d")]))
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--model", help=f"Model preset ({', '.join(list_presets('models'))}).")
+@click.option("--cluster", help=f"Cluster preset ({', '.join(list_presets('clusters'))}).")
+@click.option("--gpu", help="GPU key (see `flowsim gpus`) or a GPU spec YAML file.")
+@click.option("--gpus", "num_gpus", type=POS_INT, help="GPUs in the job.")
+@click.option("--gpus-per-node", type=POS_INT, help="GPUs per host.")
+@click.option("--nics-per-node", type=POS_INT, help="Scale-out NICs per host.")
+@click.option("--nic-gbps", type=click.FloatRange(min=0, min_open=True), help="Line rate of one NIC, Gb/s.")
+@click.option("--tp", type=POS_INT, help="Tensor-parallel size.")
+@click.option("--pp", type=POS_INT, help="Pipeline-parallel size.")
+@click.option("--vpp", type=POS_INT, help="Model chunks per pipeline rank (interleaved 1F1B when > 1).")
+@click.option("--dp", type=POS_INT, help="Data-parallel size (default: GPUs / (tp*pp*cp)).")
+@click.option("--cp", type=POS_INT, help="Context-parallel size.")
+@click.option("--sp/--no-sp", default=None, help="Sequence parallelism with TP.")
+@click.option("--mbs", type=POS_INT, help="Micro-batch size (sequences).")
+@click.option("--gbs", type=POS_INT, help="Global batch size (sequences per step).")
+@click.option("--seq", type=POS_INT, help="Sequence length (tokens).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Activation recompute.")
+@click.option("--distributed-optimizer/--no-distributed-optimizer", default=None,
+              help="Megatron distributed optimizer (ZeRO-1).")
+@click.option("--zero-stage", type=click.IntRange(0, 3), help="ZeRO stage (3 = FSDP full shard).")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), help="GEMM precision.")
+@click.option("--schedule", type=click.Choice(["auto", "gpipe", "1f1b", "interleaved"]), help="Pipeline schedule.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@user_errors
+def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
+             cp, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
+             as_json):
+    """Predict step time, throughput, MFU and memory of one training step.
+
+    CONFIG is an optional YAML/JSON file; flags override it. Example:
+
+        flowsim estimate --model gpt3-175b --cluster dgx-h100 --gpus 1024 --tp 8 --pp 8 --gbs 1536 --sp
+
+    Exit codes: 0 success (also when the config does not fit in memory: see "fits_memory"),
+    2 bad input.
+    """
+    from flowsim.simulate import simulate
+
+    overrides = dict(model=model, cluster=cluster, gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
+                     nics_per_node=nics_per_node, nic_gbps=nic_gbps, tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp,
+                     sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
+                     use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
+                     precision=precision, pipeline_schedule=schedule)
+    overrides.update(_parse_set(sets))
+    result = simulate(config, **overrides)
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo(_report(result))

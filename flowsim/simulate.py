@@ -1,0 +1,317 @@
+"""The public entry point: ``flowsim.simulate(config) -> Result``.
+
+One call builds the workload (:mod:`flowsim.workload`), prices every compute op with the kernel model
+(:mod:`flowsim.kernels`) and every collective with NCCL's model for where its ranks sit
+(:mod:`flowsim.nccl_models` via :mod:`flowsim.comm_layout`), runs the pipeline schedule
+(:mod:`flowsim.schedule`), overlaps the data-parallel traffic with the backward pass, adds the optimizer
+step, and accounts memory (:mod:`flowsim.memory`).
+
+Ranks are numbered as Megatron-LM orders its groups (``tp`` fastest, then ``cp``, ``dp``, ``pp``), so a
+tensor-parallel group occupies consecutive GPUs, a data-parallel group strides by ``tp * cp`` and the
+pipeline neighbours stride by ``tp * cp * dp``. Gradients are reduced over the data- and
+context-parallel ranks together, as Megatron-LM does.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from flowsim.comm_layout import group_layout
+from flowsim.config import SimConfig, build_config
+from flowsim.gpu_specs import get_gpu
+from flowsim.kernels import op_times
+from flowsim.memory import stage_memory
+from flowsim.nccl_models import predict
+from flowsim.result import CollectiveChoice, Result, StageBreakdown
+from flowsim.schedule import simulate_pipeline
+from flowsim.workload import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, OpSet, build_workload, \
+    model_flops_per_token
+
+GRAD_REDUCE_BYTES = 4   # Megatron-LM reduces fp32 gradients (accumulate_allreduce_grads_in_fp32 with bf16)
+PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weights
+
+
+class _Comms:
+    """Prices collectives of one configuration, caching identical (group, op, size) calls."""
+
+    def __init__(self, cfg: SimConfig, gpu):
+        t = cfg.training
+        self.cfg, self.gpu = cfg, gpu
+        self.groups = {
+            "tp": (t.tp, 1),
+            "cp": (t.cp, t.tp),
+            "dp": (t.dp * t.cp, t.tp),
+            "pp": (2, t.tp * t.cp * t.dp),
+        }
+        self._layouts = {}
+        self._cache = {}
+        self.choices = {}
+
+    def time(self, group: str, op: str, size_bytes: float, count_per_step: int = 0) -> float:
+        """Seconds of one call; records the choice for the report."""
+        n, stride = self.groups[group]
+        if n == 1 or size_bytes <= 0:
+            return 0.0
+        key = (group, op, float(size_bytes))
+        if key not in self._cache:
+            if group not in self._layouts:
+                self._layouts[group] = group_layout(self.cfg.cluster, self.gpu, n, stride)
+            est = predict(op, float(size_bytes), self._layouts[group])
+            self._cache[key] = est
+        est = self._cache[key]
+        prev = self.choices.get(key)
+        self.choices[key] = (est, (prev[1] if prev else 0) + count_per_step)
+        return est.time_s
+
+
+def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig, count: int) -> dict:
+    """Per-phase compute and exposed-communication seconds of one block for one micro-batch."""
+    c = opset.compute
+    per = t_ops * c["count"].to_numpy()
+    out = {}
+    for ph in ("fwd", "bwd", "recompute"):
+        sel = (c["phase"] == ph).to_numpy()
+        out[f"compute_{ph}"] = float(per[sel].sum())
+        gemm = float(per[sel & (c["kind"] == "gemm").to_numpy()].sum())
+        dgrad = float(per[sel & c["name"].str.endswith(".dgrad").to_numpy()].sum())
+        attn = float(per[sel & c["kind"].str.startswith("attn").to_numpy()].sum())
+        tp_blocking = tp_dgrad = cp_total = 0.0
+        for r in opset.comms[opset.comms["phase"] == ph].itertuples():
+            dt = comms.time(r.group, r.op, r.size_bytes, r.count * count) * r.count
+            if r.group == "cp":
+                cp_total += dt
+            elif r.overlap == "dgrad":
+                tp_dgrad += dt
+            else:
+                tp_blocking += dt
+        tp_exposed = tp_blocking + max(0.0, tp_dgrad - dgrad)
+        if cfg.training.tp_comm_overlap:
+            tp_exposed = max(0.0, tp_blocking + tp_dgrad - gemm)
+        out[f"tp_{ph}"] = tp_exposed
+        out[f"cp_{ph}"] = max(0.0, cp_total - attn)
+    return out
+
+
+def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
+    blocks = {"layer": wl.layer, "embedding": wl.embedding, "head": wl.head}
+    frames, spans, start = [], {}, 0
+    for name, ops in blocks.items():
+        frames.append(ops.compute)
+        spans[name] = slice(start, start + len(ops.compute))
+        start += len(ops.compute)
+    return pd.concat(frames, ignore_index=True), spans
+
+
+def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
+    """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters,
+    prefetched one layer ahead so that each hides behind the neighbouring layer's compute."""
+    t = cfg.training
+    per_layer_params = wl.stage_params[0] / max(cfg.model.num_layers // t.pp, 1)
+    m = cfg.num_microbatches
+    ag = comms.time("dp", "allgather", per_layer_params * PARAM_GATHER_BYTES, 2 * m)
+    rs = comms.time("dp", "reducescatter", per_layer_params * GRAD_REDUCE_BYTES, m)
+    return max(0.0, ag - layer_fwd_s), max(0.0, ag + rs - layer_bwd_s), ag
+
+
+def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
+    """Exposed gradient reduction and parameter gathering of one stage, seconds per step.
+
+    Gradients are reduced in buckets of ``bucket_size_bytes`` (Megatron-LM DDP / PyTorch DDP). A chunk's
+    gradients become final during the last micro-batch's backward through it; buckets are taken to be
+    ready evenly over that window and are reduced one after another on the communication stream. What
+    runs past the end of the stage's last backward is exposed. The distributed optimizer's parameter
+    all-gather overlaps the next step's forward (``overlap_param_gather``) except for its first bucket.
+    """
+    t = cfg.training
+    zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
+    if zero >= 3 or t.dp * t.cp == 1:
+        return 0.0, 0.0
+    params = wl.stage_params[stage]
+    grad_bytes = params * GRAD_REDUCE_BYTES
+    n_buckets = max(1, int(np.ceil(grad_bytes / t.bucket_size_bytes)))
+    op = "reducescatter" if zero >= 1 else "allreduce"
+    per_bucket = comms.time("dp", op, grad_bytes / n_buckets, n_buckets)
+    end = timeline.end_s[stage]
+    if t.overlap_grad_reduce:
+        starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
+        order = np.argsort(ends)
+        per_chunk = [n_buckets // len(order) + (1 if i < n_buckets % len(order) else 0) for i in range(len(order))]
+        clock = 0.0
+        for c, nb in zip(order, per_chunk):
+            for j in range(nb):
+                ready = starts[c] + (ends[c] - starts[c]) * (j + 1) / nb
+                clock = max(clock, ready) + per_bucket
+        grad_exposed = max(0.0, clock - end)
+    else:
+        grad_exposed = n_buckets * per_bucket
+    gather_exposed = 0.0
+    if zero >= 1:
+        per_gather = comms.time("dp", "allgather", params * PARAM_GATHER_BYTES / n_buckets, n_buckets)
+        gather_exposed = per_gather if t.overlap_param_gather else n_buckets * per_gather
+    return grad_exposed, gather_exposed
+
+
+def _optimizer_s(cfg, wl, gpu, stage) -> float:
+    t = cfg.training
+    zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
+    n = wl.stage_params[stage] / (t.dp * t.cp if zero >= 1 else 1)
+    ops = pd.DataFrame([dict(kind="memory", dtype="fp32", flops=ADAM_FLOPS_PER_PARAM * n,
+                             bytes=ADAM_BYTES_PER_PARAM * n)])
+    return float(op_times(ops, gpu)[0])
+
+
+def _coerce_config(config, overrides) -> SimConfig:
+    if isinstance(config, SimConfig):
+        if overrides:
+            raise TypeError("pass overrides with a mapping or file config, not with a SimConfig")
+        return config
+    if isinstance(config, (str, Path, Mapping)) or config is None:
+        return build_config(config, **overrides)
+    raise TypeError(f"config must be a SimConfig, a mapping or a file path, not {type(config).__name__}")
+
+
+def simulate(config=None, **overrides) -> Result:
+    """Predict one optimizer step of a training job.
+
+    Parameters
+    ----------
+    config : SimConfig, mapping or path, optional
+        A built config, a mapping of Megatron-LM argument names / aliases (``model`` and ``cluster`` may be
+        preset names), or a YAML/JSON file.
+    **overrides
+        Extra keys applied on top of ``config`` (e.g. ``tp=8``).
+
+    Returns
+    -------
+    Result
+        Step time, throughput, MFU, memory and per-stage breakdown (see :class:`flowsim.Result`).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown key, preset or GPU, or a broken rule (the message names the field).
+    """
+    cfg = _coerce_config(config, overrides)
+    gpu = get_gpu(cfg.cluster.gpu)
+    t, p, v, m = cfg.training, cfg.training.pp, cfg.training.vpp, cfg.num_microbatches
+    wl = build_workload(cfg)
+    comms = _Comms(cfg, gpu)
+
+    ops, spans = _ops_frame(wl)
+    t_ops = op_times(ops, gpu)
+    lpc = wl.layers_per_chunk
+    layer = _block_times(wl.layer, t_ops[spans["layer"]], comms, cfg, m * lpc * v * 1)
+    emb = _block_times(wl.embedding, t_ops[spans["embedding"]], comms, cfg, m)
+    head = _block_times(wl.head, t_ops[spans["head"]], comms, cfg, m)
+
+    def fwd(b):
+        return b["compute_fwd"] + b["tp_fwd"] + b["cp_fwd"]
+
+    def bwd(b):
+        return b["compute_bwd"] + b["tp_bwd"] + b["cp_bwd"]
+
+    def rec(b):
+        return b["compute_recompute"] + b["tp_recompute"] + b["cp_recompute"]
+
+    layer_f, layer_b = fwd(layer), bwd(layer) + rec(layer) * (wl.recompute_layers_per_chunk / lpc)
+    zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
+    fsdp_f = fsdp_b = 0.0
+    if zero >= 3 and t.dp * t.cp > 1:
+        fsdp_f, fsdp_b, first_gather = _fsdp_exposed(cfg, wl, comms, layer_f, layer_b)
+    fwd_s = np.full((p, v), lpc * (layer_f + fsdp_f))
+    bwd_s = np.full((p, v), lpc * (layer_b + fsdp_b))
+    fwd_s[0, 0] += fwd(emb)
+    bwd_s[0, 0] += bwd(emb)
+    fwd_s[p - 1, v - 1] += fwd(head)
+    bwd_s[p - 1, v - 1] += bwd(head)
+    if zero >= 3 and t.dp * t.cp > 1:
+        fwd_s[0, 0] += first_gather  # the first layer's weights cannot be prefetched behind compute
+
+    p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * m * v) if p > 1 else 0.0
+    schedule = t.schedule
+    tl = simulate_pipeline(schedule, m, fwd_s, bwd_s, p2p)
+    tl0 = simulate_pipeline(schedule, m, fwd_s, bwd_s, 0.0) if p > 1 else tl
+    pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
+
+    dp_x = [sum(_dp_exposed(cfg, wl, comms, tl, s)) for s in range(p)]
+    opt_s = [_optimizer_s(cfg, wl, gpu, s) for s in range(p)]
+    mems = [stage_memory(cfg, wl, s) for s in range(p)]
+    step = float(max(tl.end_s[s] + dp_x[s] + opt_s[s] for s in range(p)))
+
+    stages = []
+
+    for s in range(p):
+        nchunks = v * m
+        comp = nchunks * lpc * (layer["compute_fwd"] + layer["compute_bwd"])
+        comp += m * v * wl.recompute_layers_per_chunk * layer["compute_recompute"]
+        tp_c = nchunks * lpc * (layer["tp_fwd"] + layer["tp_bwd"]) + m * v * wl.recompute_layers_per_chunk * \
+            layer["tp_recompute"]
+        cp_c = nchunks * lpc * (layer["cp_fwd"] + layer["cp_bwd"]) + m * v * wl.recompute_layers_per_chunk * \
+            layer["cp_recompute"]
+        dp_c = nchunks * lpc * (fsdp_f + fsdp_b)
+        if s == 0:
+            comp += m * (emb["compute_fwd"] + emb["compute_bwd"])
+            tp_c += m * (emb["tp_fwd"] + emb["tp_bwd"])
+        if s == p - 1:
+            comp += m * (head["compute_fwd"] + head["compute_bwd"])
+            tp_c += m * (head["tp_fwd"] + head["tp_bwd"])
+        dp_c += dp_x[s]
+        opt = opt_s[s]
+        bubble = max(0.0, step - comp - tp_c - cp_c - dp_c - opt - pp_exposed)
+        stages.append(StageBreakdown(stage=s, compute_s=comp, tp_comm_s=tp_c, cp_comm_s=cp_c,
+                                     pp_comm_s=pp_exposed, dp_comm_s=dp_c, bubble_s=bubble, optimizer_s=opt,
+                                     memory_bytes=mems[s].total_bytes))
+
+    tokens = cfg.tokens_per_step
+    model_flops = model_flops_per_token(cfg) * tokens
+    per_gpu_flops = []
+    flops_ops = ops["flops"].to_numpy() * ops["count"].to_numpy()
+    for s in range(p):
+        f = 0.0
+        for name, sl in spans.items():
+            block = ops.iloc[sl]
+            sel = block["phase"].isin(["fwd", "bwd"]).to_numpy()
+            rsel = (block["phase"] == "recompute").to_numpy()
+            fl = flops_ops[sl]
+            if name == "layer":
+                f += m * v * lpc * fl[sel].sum() + m * v * wl.recompute_layers_per_chunk * fl[rsel].sum()
+            elif (name == "embedding" and s == 0) or (name == "head" and s == p - 1):
+                f += m * fl[sel].sum()
+        per_gpu_flops.append(f)
+    hardware_flops = float(sum(per_gpu_flops)) * t.tp * t.cp * t.dp
+    n_gpus = cfg.cluster.num_gpus
+    peak = gpu.peak("fp16" if t.precision == "fp16" else "bf16")
+    mem_peak = max(x.total_bytes for x in mems)
+    worst = mems[int(np.argmax([x.total_bytes for x in mems]))]
+
+    choices = tuple(
+        CollectiveChoice(group=g, op=op, size_bytes=size, n_ranks=comms.groups[g][0], algo=est.algo,
+                         proto=est.proto, time_s=est.time_s, count_per_step=int(cnt))
+        for (g, op, size), (est, cnt) in sorted(comms.choices.items()))
+    return Result(
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
+        tflops_per_gpu=model_flops / step / n_gpus / 1e12,
+        mfu=model_flops / (step * n_gpus * peak),
+        hfu=hardware_flops / (step * n_gpus * peak),
+        peak_flop_per_s=peak,
+        memory_bytes_per_gpu=mem_peak,
+        memory_capacity_bytes=gpu.hbm_bytes,
+        fits_memory=bool(mem_peak <= gpu.hbm_bytes),
+        stages=tuple(stages),
+        collectives=choices,
+        config=_config_dict(cfg),
+        memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
+                       "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
+    )
+
+
+def _config_dict(cfg: SimConfig) -> dict:
+    return {"model": dataclasses.asdict(cfg.model), "cluster": dataclasses.asdict(cfg.cluster),
+            "training": dataclasses.asdict(cfg.training)}

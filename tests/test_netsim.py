@@ -1,0 +1,166 @@
+"""Event simulation: closed forms, fat-tree sanity, brute-force reference, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from flowsim.config.cluster import ClusterConfig
+from flowsim.errors import ConfigError
+from flowsim.maxmin import check_maxmin, solve
+from flowsim.netsim import simulate, simulate_transfers
+from flowsim.routing import route
+from flowsim.topology import build_topology
+from flowsim.units import GB, MB, US, gbps_to_Bps
+from reference_maxmin import reference_simulate
+from test_topology import spec
+
+NIC_BPS = gbps_to_Bps(400)  # 50 GB/s
+
+
+def test_one_flow_latency_plus_size_over_bandwidth():
+    # GPU 0 -> GPU 8 (next host, same rail, same leaf): PCIe 64 GB/s, NIC->leaf, leaf->NIC, PCIe.
+    # Bottleneck B = 50 GB/s; two scale-out hops of 2 us each; 1 us software latency.
+    # finish = 1e-6 + 2 * 2e-6 + 100 MB / 50 GB/s = 5e-6 + 2e-3.
+    topo = build_topology(ClusterConfig(gpu="x", num_gpus=16), spec())
+    res = simulate_transfers(topo, [0], [8], [100 * MB], latency_s=1 * US)
+    assert res.finish_s[0] == pytest.approx(5e-6 + 100 * MB / NIC_BPS, rel=1e-12)
+    assert res.start_s[0] == 0.0
+
+
+def test_n_flows_share_a_bottleneck_and_finish_together():
+    # 4 flows of S = 10 bytes on one link of 10 B/s: each gets 10/4, all finish at n*S/B = 4 s.
+    res = simulate([10.0], [0, 1, 2, 3, 4], [0, 0, 0, 0], [10.0] * 4)
+    np.testing.assert_allclose(res.finish_s, [4.0] * 4, rtol=1e-12)
+    assert res.link_busy_s.tolist() == [4.0]
+    assert res.link_bytes.tolist() == [40.0]
+    assert res.link_utilization.tolist() == [1.0]
+
+
+def test_staggered_arrivals():
+    # Link 10 B/s; A (10 B) at t=0, B (10 B) at t=0.5, C (5 B) at t=1.0.
+    # [0, 0.5): A alone at 10 -> A has 5 left.  [0.5, 1.0): A, B at 5 each -> A 2.5 left, B 7.5 left.
+    # From 1.0: A, B, C at 10/3: A finishes at 1.0 + 2.5 / (10/3) = 1.75 (B 5 left, C 2.5 left).
+    # Then B, C at 5: C finishes at 1.75 + 2.5 / 5 = 2.25 (B 2.5 left); B alone: 2.25 + 2.5 / 10 = 2.5.
+    res = simulate([10.0], [0, 1, 2, 3], [0, 0, 0], [10.0, 10.0, 5.0], release_s=[0.0, 0.5, 1.0])
+    np.testing.assert_allclose(res.finish_s, [1.75, 2.5, 2.25], rtol=1e-12)
+    np.testing.assert_allclose(res.start_s, [0.0, 0.5, 1.0])
+
+
+def test_dependencies_and_latency():
+    # A (10 B on a 10 B/s link, latency 0.5) then B depends on A: B starts at 1.5, ends at 2.5.
+    # C (empty path, 0 bytes) depends on B: finishes when B does plus its latency 0.25.
+    res = simulate([10.0], [0, 1, 2, 2], [0, 0], [10.0, 10.0, 0.0], dep_ptr=[0, 0, 1, 2], dep_idx=[0, 1],
+                   latency_s=[0.5, 0.0, 0.25])
+    np.testing.assert_allclose(res.start_s, [0.0, 1.5, 2.5])
+    np.testing.assert_allclose(res.finish_s, [1.5, 2.5, 2.75])
+    assert res.makespan_s == 2.75
+
+
+def node_derangement(n_nodes, gpn, seed=0):
+    """GPU g -> the same local GPU of another host (hosts follow one random cycle: no fixed point)."""
+    order = np.random.default_rng(seed).permutation(n_nodes)
+    host_dst = np.empty(n_nodes, dtype=np.int64)
+    host_dst[order] = np.roll(order, -1)
+    g = np.arange(n_nodes * gpn)
+    return g, host_dst[g // gpn] * gpn + g % gpn
+
+
+@pytest.mark.parametrize("over, expect", [(1.0, NIC_BPS), (2.0, NIC_BPS / 2)])
+def test_fat_tree_permutation_line_rate_and_oversubscription(over, expect):
+    # fat_tree, radix 16: 8 down-ports per leaf = one host per leaf, so every host-to-host flow crosses the
+    # spines. Ideal spreading: a leaf's 8 up-links act as one 8 * 50 / over GB/s bundle carrying the host's
+    # 8 flows: 50 / over GB/s each; 1:1 gives line rate, 2:1 half of it.
+    cfg = ClusterConfig(gpu="x", num_gpus=64, network="fat_tree", switch_radix=16, oversubscription=over,
+                        ecmp="ideal")
+    topo = build_topology(cfg, spec())
+    src, dst = node_derangement(8, 8)
+    r = route(topo, src, dst)
+    rates = solve(topo.capacity_Bps, r.ptr, r.links)
+    np.testing.assert_allclose(rates, expect, rtol=1e-12)
+    res = simulate_transfers(topo, src, dst, np.full(64, 64 * MB))
+    # 4 scale-out hops of 2 us each (NIC-leaf, leaf-spine, spine-leaf, leaf-NIC).
+    np.testing.assert_allclose(res.finish_s, 64 * MB / expect + 4 * 2e-6, rtol=1e-12)
+
+
+def test_hash_ecmp_collisions_never_exceed_line_rate():
+    cfg = ClusterConfig(gpu="x", num_gpus=64, network="fat_tree", switch_radix=16)
+    topo = build_topology(cfg, spec())
+    src, dst = node_derangement(8, 8)
+    r = route(topo, src, dst)
+    rates = solve(topo.capacity_Bps, r.ptr, r.links)
+    check_maxmin(topo.capacity_Bps, r.ptr, r.links, rates)
+    assert rates.max() <= NIC_BPS * (1 + 1e-12)
+    assert rates.min() < NIC_BPS  # 64 flows hashed onto 8 spines per leaf: some collide
+
+
+@st.composite
+def transfer_sets(draw):
+    n_links = draw(st.integers(1, 4))
+    cap = draw(st.lists(st.sampled_from([1.0, 2.0, 5.0, 10.0]), min_size=n_links, max_size=n_links))
+    n = draw(st.integers(1, 7))
+    paths = [sorted(draw(st.sets(st.integers(0, n_links - 1), max_size=n_links))) for _ in range(n)]
+    size = draw(st.lists(st.sampled_from([0.0, 1.0, 3.0, 10.0, 7.5]), min_size=n, max_size=n))
+    release = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.25]), min_size=n, max_size=n))
+    latency = draw(st.lists(st.sampled_from([0.0, 0.1, 1.0]), min_size=n, max_size=n))
+    deps = [sorted(draw(st.sets(st.integers(0, t - 1), max_size=2))) if t else [] for t in range(n)]
+    return cap, paths, size, release, deps, latency
+
+
+@settings(max_examples=120, deadline=None)
+@given(transfer_sets())
+def test_matches_brute_force_event_simulation(inst):
+    cap, paths, size, release, deps, latency = inst
+    ptr = np.r_[0, np.cumsum([len(p) for p in paths])]
+    links = np.array([l for p in paths for l in p], dtype=np.int64)
+    dptr = np.r_[0, np.cumsum([len(d) for d in deps])]
+    didx = np.array([d for ds in deps for d in ds], dtype=np.int64)
+    res = simulate(cap, ptr, links, size, release_s=release, dep_ptr=dptr, dep_idx=didx, latency_s=latency)
+    start, finish = reference_simulate(cap, paths, size, release, deps, latency)
+    np.testing.assert_allclose(res.start_s, start, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(res.finish_s, finish, rtol=1e-9, atol=1e-12)
+    busy_bound = res.link_bytes / np.array(cap)  # a link is busy at least bytes / capacity
+    assert np.all(res.link_busy_s >= busy_bound * (1 - 1e-9))
+
+
+def test_result_views():
+    res = simulate([10.0], [0, 1], [0], [10.0])
+    d = res.to_dict()
+    assert d["makespan_s"] == 1.0 and d["finish_s"] == [1.0] and d["link_utilization"] == [1.0]
+    assert list(res.to_frame().columns) == ["start_s", "finish_s", "duration_s"]
+    assert "1 transfers" in repr(res)
+
+
+def test_no_transfers():
+    res = simulate([1.0], [0], [], [])
+    assert res.makespan_s == 0.0 and res.n_solves == 0
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    (dict(size_bytes=[np.nan]), r"size_bytes: must be finite and >= 0 \(got nan at transfer 0\)"),
+    (dict(size_bytes=[-1.0]), r"size_bytes: must be finite and >= 0 \(got -1.0 at transfer 0\)"),
+    (dict(size_bytes=[1.0], release_s=[np.inf]), r"release_s: must be finite and >= 0 \(got inf at transfer 0\)"),
+    (dict(size_bytes=[1.0], latency_s=[-1e-6]), r"latency_s: must be finite and >= 0"),
+    (dict(size_bytes=[1.0, 2.0]), r"size_bytes: must have one entry per transfer, 1 \(got shape \(2,\)\)"),
+    (dict(size_bytes=[1.0], dep_ptr=[0, 1], dep_idx=[3]), r"dep_idx: transfer ids must be in \[0, 1\) \(got 3 "),
+    (dict(size_bytes=[1.0], dep_ptr=[0, 1], dep_idx=[0]), r"dep_idx: dependency cycle: these transfers never "
+                                                           r"become ready \(got \[0\]\)"),
+    (dict(size_bytes=[1.0], dep_ptr=[0, 1]), "dep_ptr: dep_ptr and dep_idx must be given together"),
+])
+def test_bad_transfers(kwargs, msg):
+    size = kwargs.pop("size_bytes")
+    with pytest.raises(ConfigError, match=msg):
+        simulate([1.0], [0, 1], [0], size, **kwargs)
+
+
+def test_bad_links():
+    with pytest.raises(ValueError, match="capacity_Bps: every capacity must be finite and > 0"):
+        simulate([0.0], [0, 1], [0], [1.0])
+    with pytest.raises(ValueError, match="flow_links: link id 2 at hop 0 does not exist"):
+        simulate([1.0], [0, 1], [2], [1.0])
+
+
+def test_gb_scale_units():
+    # 1 GB over 400 Gb/s = 1e9 / 5e10 = 0.02 s.
+    res = simulate([gbps_to_Bps(400)], [0, 1], [0], [1 * GB])
+    assert res.finish_s[0] == pytest.approx(0.02, rel=1e-12)
