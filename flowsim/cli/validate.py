@@ -1,0 +1,94 @@
+"""``flowsim validate``: predicted against measured step times of the runs in a runs-schema-v1 CSV."""
+from __future__ import annotations
+
+import click
+
+from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.errors import ConfigError
+from flowsim.validation.runs import ValidationReport, validate_runs
+
+_MODEL_WIDTH = 28  # characters of the model name shown in the table
+
+_ROW_COLUMNS = [
+    ("id", "id", ""),
+    ("model", "model", ""),
+    ("gpu", "gpu", ""),
+    ("num_gpus", "GPUs", "d"),
+    ("layout", "tp/pp/dp/cp", ""),
+    ("predicted_step_time_s", "predicted s", ".4g"),
+    ("measured_step_time_s", "measured s", ".4g"),
+    ("error_pct", "error %", "+.1f"),
+    ("assumed", "assumed (empty cells)", ""),
+]
+
+_SOURCE_COLUMNS = [
+    ("source", "source", ""),
+    ("n", "n", "d"),
+    ("median_abs_error_pct", "median |error| %", ".1f"),
+    ("mape_pct", "MAPE %", ".1f"),
+    ("p90_abs_error_pct", "p90 |error| %", ".1f"),
+]
+
+
+def _parse_ids(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError("--only-ids", "must be comma-separated integer row ids", text) from None
+    if not ids:
+        raise ConfigError("--only-ids", "must name at least one row id", text)
+    return ids
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= _MODEL_WIDTH else name[:_MODEL_WIDTH - 3] + "..."
+
+
+def _render(report: ValidationReport) -> str:
+    rows = [{"id": r.id, "model": _short(r.model), "gpu": r.gpu, "num_gpus": r.num_gpus, "layout": r.layout,
+             "predicted_step_time_s": r.predicted_step_time_s, "measured_step_time_s": r.measured_step_time_s,
+             "error_pct": r.error_pct, "assumed": ",".join(a.split(":")[0] for a in r.assumptions)}
+            for r in report.rows]
+    s = report.summary
+    out = [format_table(rows, _ROW_COLUMNS), "",
+           f"simulated {s.n} rows, skipped {len(report.skipped)}",
+           f"median |error| {s.median_abs_error_pct:.1f} %   MAPE {s.mape_pct:.1f} %   "
+           f"p90 |error| {s.p90_abs_error_pct:.1f} %   Spearman {s.spearman:.3f}",
+           "error = (predicted - measured) / measured; positive = flowsim predicts a slower step"]
+    if report.by_source:
+        per_source = [{"source": src, "n": x.n, "median_abs_error_pct": x.median_abs_error_pct,
+                       "mape_pct": x.mape_pct, "p90_abs_error_pct": x.p90_abs_error_pct}
+                      for src, x in report.by_source.items()]
+        out += ["", "per source:", format_table(per_source, _SOURCE_COLUMNS)]
+    if report.skipped:
+        out += ["", f"skipped ({len(report.skipped)}):"]
+        out += [f"  id {'-' if k.id is None else k.id}: {k.reason}" for k in report.skipped]
+    return "\n".join(out)
+
+
+@click.command("validate")
+@click.argument("runs_csv", type=click.Path())
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: rows, summary (n, median_abs_error_pct, mape_pct, p90_abs_error_pct, "
+                   "spearman) and skipped.")
+@click.option("--only-ids", metavar="ID,ID,...", help="Compare only these row ids, e.g. --only-ids 1,2,3.")
+@user_errors
+def validate(runs_csv, as_json, only_ids):
+    """Compare predicted and measured step times for the runs in RUNS_CSV ("runs schema v1").
+
+    Prints per row the predicted and measured seconds per optimizer step and the signed error, then the
+    median, mean (MAPE) and 90th percentile of |error| and the Spearman rank correlation, overall and per
+    source, then every row that was not simulated with the reason (no measured step time, MoE, a GPU
+    without a spec, an empty or invalid field, a layout flowsim rejects). Empty cells filled with a
+    default are listed per row under "assumed" (all of them, spelled out, in --json).
+
+    Exit codes: 0 when the file was read (even if rows were skipped); 2 for an unreadable file, a missing
+    column or a bad option.
+    """
+    report = validate_runs(runs_csv, only_ids=_parse_ids(only_ids))
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(_render(report))

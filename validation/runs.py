@@ -1,0 +1,542 @@
+"""Compare flowsim's predicted step time with published training runs ("runs schema v1" CSVs).
+
+The runs schema is described in ``shared/data/curated/README.md``: one line per measured training run, with
+the model dimensions, the cluster, the parallel layout and ``measured_step_time_s``. :func:`validate_runs`
+reads any CSV in that schema, turns every row it can into a :class:`flowsim.config.SimConfig`
+(:func:`row_to_config`), simulates it and reports the signed error per row and summary figures; every row
+it cannot simulate is listed with the reason.
+
+Mapping rules (row -> config)
+-----------------------------
+* Model: the dimension columns map to the Megatron-LM names of the same name. ``gated_mlp = 1`` gives a
+  Llama-style model (SwiGLU, RMSNorm, rotary positions, no biases, untied embeddings); ``gated_mlp = 0``
+  gives a GPT-style model (GeLU, LayerNorm, learned positions, biases, tied embeddings). Non-gated rows are
+  all priced as GeLU (squared-ReLU, ReLU and ALiBi variants cost the same GEMMs).
+* Cluster: ``nics_per_node = gpus_per_node`` and ``nic_gbps = nic_gbps_per_gpu`` (one NIC per GPU). For
+  GB200/GB300 rows the CSV's ``gpus_per_node`` is the NVLink domain (72 for NVL72): the row maps to
+  ``nvlink_domain = gpus_per_node`` with 4 GPUs and 4 NICs per host (a compute tray) and an Arm host CPU
+  (Grace).
+* Training: tp, pp, vpp, dp, cp, sp, micro/global batch, recompute and precision map one to one;
+  ``distributed_optimizer = 1`` sets ``use_distributed_optimizer`` and a ZeRO stage of at least 1;
+  ``zero_stage`` is taken as given (FSDP rows carry 2 or 3).
+
+Empty cells that have a clear default are filled and recorded in the row's ``assumptions``:
+``micro_batch_size`` -> 1; ``recompute`` -> none; ``vpp`` -> 1 (with pp > 1 the source ran an interleaved
+schedule of unknown degree; 1F1B is simulated, which has the largest bubble); ``sp`` -> on when tp > 1;
+``precision`` -> bf16; ``zero_stage`` -> 0 (1 with the distributed optimizer); ``distributed_optimizer``
+-> off; ``moe_num_experts`` -> 0 (dense); ``ffn_hidden_size`` -> 4h, ``num_query_groups`` -> heads,
+``kv_channels`` -> h / heads; ``nic_gbps_per_gpu`` -> unused for a single-node job, else the NIC rate of
+the built-in cluster preset with the same GPU (the job is skipped when there is none). A row whose
+layout (tp, pp, dp, cp), GPU count, batch or model size is empty is skipped.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from flowsim.config import build_config, list_presets, load_preset
+from flowsim.errors import ConfigError
+
+NUMERIC_COLUMNS = (
+    "id", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+    "kv_channels", "seq_length", "vocab_size", "gated_mlp", "moe_num_experts", "global_batch_size",
+    "micro_batch_size", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu", "tp", "pp", "vpp", "dp", "cp", "sp",
+    "zero_stage", "distributed_optimizer", "measured_step_time_s",
+)
+"""Columns of runs schema v1 that the validation loop reads as numbers (an empty cell is NaN)."""
+
+TEXT_COLUMNS = ("source", "model", "gpu", "recompute", "precision")
+"""Columns of runs schema v1 that the validation loop reads as text."""
+
+REQUIRED_COLUMNS = NUMERIC_COLUMNS + TEXT_COLUMNS
+"""Every column the validation loop reads; a CSV without one of them is rejected as a whole."""
+
+NVL_HOST_GPUS = {"gb200": 4, "gb300": 4}
+"""GPUs per host (compute tray) of the rack-scale NVLink systems whose CSV rows give the NVLink domain
+as ``gpus_per_node``. Source: NVIDIA GB200 NVL72 / GB300 NVL72 spec pages (18 compute trays of 4 GPUs
+and 2 Grace CPUs; one ConnectX NIC per GPU)."""
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Predicted against measured step time for one row of a runs CSV.
+
+    Attributes
+    ----------
+    id : int
+        Row id (the CSV's ``id`` column).
+    source : str
+        Source key of the row (``source`` column).
+    model : str
+        Model name as the source gives it.
+    gpu : str
+        GPU key.
+    num_gpus : int
+        GPUs in the job.
+    tp, pp, dp, cp : int
+        Parallel layout as simulated.
+    predicted_step_time_s : float
+        flowsim's step time, seconds per optimizer step.
+    measured_step_time_s : float
+        Published step time, seconds per optimizer step.
+    error_pct : float
+        Signed error ``(predicted - measured) / measured * 100``; positive = flowsim is slower.
+    fits_memory : bool
+        Whether flowsim's memory estimate fits the GPU (a run that does not fit is still compared).
+    assumptions : tuple[str, ...]
+        Each empty cell that was filled with a default, as ``"<column>: <what was assumed>"``.
+    """
+
+    id: int
+    source: str
+    model: str
+    gpu: str
+    num_gpus: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    predicted_step_time_s: float
+    measured_step_time_s: float
+    error_pct: float
+    fits_memory: bool
+    assumptions: tuple = ()
+
+    @property
+    def layout(self) -> str:
+        """The parallel layout as ``tp/pp/dp/cp``."""
+        return f"{self.tp}/{self.pp}/{self.dp}/{self.cp}"
+
+
+@dataclass(frozen=True)
+class SkippedRun:
+    """A row that was not simulated, and why.
+
+    Attributes
+    ----------
+    id : int or None
+        Row id, or None when the id cell itself is malformed (the reason then names the line).
+    reason : str
+        One line: the rule the row breaks or the feature flowsim lacks.
+    """
+
+    id: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """Summary of the signed errors of a set of rows.
+
+    Attributes
+    ----------
+    n : int
+        Rows compared.
+    median_abs_error_pct : float
+        Median of ``|error_pct|``.
+    mape_pct : float
+        Mean of ``|error_pct|`` (mean absolute percentage error).
+    p90_abs_error_pct : float
+        90th percentile of ``|error_pct|`` (linear interpolation between order statistics, numpy's
+        default).
+    spearman : float
+        Spearman rank correlation of predicted and measured step times (``scipy.stats.spearmanr``);
+        NaN for fewer than two rows or when either set of times is constant.
+    """
+
+    n: int
+    median_abs_error_pct: float
+    mape_pct: float
+    p90_abs_error_pct: float
+    spearman: float
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """The outcome of :func:`validate_runs`.
+
+    Attributes
+    ----------
+    rows : tuple[RunComparison, ...]
+        Every simulated row, in file order.
+    summary : ErrorSummary
+        Figures over all simulated rows.
+    by_source : dict[str, ErrorSummary]
+        The same figures per ``source`` key, in order of first appearance.
+    skipped : tuple[SkippedRun, ...]
+        Every row that was not simulated, with the reason: malformed lines first, then the others in file
+        order.
+    """
+
+    rows: tuple
+    summary: ErrorSummary
+    by_source: dict = field(default_factory=dict)
+    skipped: tuple = ()
+
+    def to_dict(self) -> dict:
+        """The stable JSON view (what ``flowsim validate --json`` prints).
+
+        Keys: ``rows`` (each with ``id``, ``predicted_step_time_s``, ``measured_step_time_s``,
+        ``error_pct`` and the other :class:`RunComparison` fields), ``summary`` (``n``,
+        ``median_abs_error_pct``, ``mape_pct``, ``p90_abs_error_pct``, ``spearman``) and ``skipped``
+        (each with ``id`` and ``reason``).
+        """
+        rows = []
+        for r in self.rows:
+            d = asdict(r)
+            d["assumptions"] = list(r.assumptions)
+            rows.append(d)
+        return {
+            "rows": rows,
+            "summary": asdict(self.summary),
+            "skipped": [asdict(s) for s in self.skipped],
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per simulated run, indexed by id, with the :class:`RunComparison` fields as columns."""
+        columns = [f for f in RunComparison.__dataclass_fields__]
+        return pd.DataFrame([asdict(r) for r in self.rows], columns=columns).set_index("id")
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"ValidationReport(n={s.n}, skipped={len(self.skipped)}, "
+                f"median_abs_error_pct={s.median_abs_error_pct:.3g}, mape_pct={s.mape_pct:.3g}, "
+                f"p90_abs_error_pct={s.p90_abs_error_pct:.3g}, spearman={s.spearman:.3g})")
+
+
+def read_runs(path: str | Path) -> tuple[pd.DataFrame, list[SkippedRun]]:
+    """Read a runs-schema-v1 CSV, keeping the well-formed rows.
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV file with a header line; column order is free and extra columns are ignored.
+
+    Returns
+    -------
+    runs : pandas.DataFrame
+        One row per well-formed line, indexed by its line number in the file (``line``). The
+        :data:`NUMERIC_COLUMNS` are float64 (an empty cell is NaN), ``id`` is int64, the
+        :data:`TEXT_COLUMNS` are stripped strings (``recompute`` and ``precision`` lower-cased).
+    skipped : list[SkippedRun]
+        Malformed lines (a field count that differs from the header, a non-numeric value in a numeric
+        column, an empty or non-integer id), each with a reason that names the line and the column.
+
+    Raises
+    ------
+    ConfigError
+        When the file cannot be read, is empty, or lacks one of the :data:`REQUIRED_COLUMNS`.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise ConfigError("runs", "file is empty (expected a runs schema v1 header line)", str(path))
+            header = [h.strip() for h in header]
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            if missing:
+                raise ConfigError(missing[0], "required column of runs schema v1 is missing", str(path))
+            col = {name: header.index(name) for name in REQUIRED_COLUMNS}
+            records, skipped = [], []
+            line = reader.line_num + 1
+            for cells in reader:
+                start, line = line, reader.line_num + 1
+                if not any(c.strip() for c in cells):
+                    continue
+                try:
+                    records.append(_parse_record(cells, len(header), col, start))
+                except _MalformedRow as e:
+                    skipped.append(SkippedRun(e.row_id, str(e)))
+    except OSError as e:
+        raise ConfigError("runs", f"cannot read file: {e.strerror}", str(path)) from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError("runs", f"not a readable CSV file: {e}", str(path)) from None
+    frame = pd.DataFrame(records, columns=["line", *REQUIRED_COLUMNS]).set_index("line")
+    frame["id"] = frame["id"].astype("int64")
+    return frame, skipped
+
+
+class _MalformedRow(Exception):
+    """A line of the CSV that cannot be parsed; carries the row id when that much could be read."""
+
+    def __init__(self, row_id, message):
+        self.row_id = row_id
+        super().__init__(message)
+
+
+def _parse_record(cells: list[str], n_header: int, col: Mapping[str, int], line: int) -> dict:
+    """Typed record of one CSV line (``col`` maps column names to positions); raises _MalformedRow."""
+    raw_id = cells[col["id"]].strip() if col["id"] < len(cells) else ""
+    try:
+        row_id = int(raw_id)
+    except ValueError:
+        row_id = None
+    if len(cells) != n_header:
+        raise _MalformedRow(row_id, f"line {line}: has {len(cells)} fields, the header has {n_header}")
+    if row_id is None:
+        raise _MalformedRow(None, f"line {line}: id: must be an integer (got {raw_id!r})")
+    record = {"line": line}
+    for name in NUMERIC_COLUMNS:
+        text = cells[col[name]].strip()
+        try:
+            value = float(text) if text else math.nan
+        except ValueError:
+            value = None
+        if value is None or (text and not math.isfinite(value)):
+            raise _MalformedRow(row_id, f"line {line}: {name}: must be a finite number (got {text!r})")
+        record[name] = value
+    for name in TEXT_COLUMNS:
+        text = cells[col[name]].strip()
+        record[name] = text.lower() if name in ("recompute", "precision") else text
+    return record
+
+
+def _known(value) -> bool:
+    """False for a NaN (an empty numeric cell)."""
+    return not (isinstance(value, float) and math.isnan(value))
+
+
+def _int_or_value(value):
+    """Integral floats become int; anything else is passed on for build_config to judge."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
+    """Config mapping (for :func:`flowsim.config.build_config`) of one runs-CSV row, and its assumptions.
+
+    Parameters
+    ----------
+    row : Mapping
+        One row of :func:`read_runs` (a pandas Series or a dict with the :data:`REQUIRED_COLUMNS`).
+
+    Returns
+    -------
+    config : dict
+        Nested ``model`` / ``cluster`` / ``training`` mapping of Megatron-LM argument names.
+    assumptions : tuple[str, ...]
+        One ``"<column>: <what was assumed>"`` entry per empty cell that was filled with a default.
+
+    Raises
+    ------
+    ConfigError
+        When a cell needed to simulate the row is empty and has no clear default (model size, layout,
+        GPU count, global batch), or the NIC rate is empty for a multi-node job on a GPU that no
+        built-in cluster preset uses.
+
+    Notes
+    -----
+    The rules are in the module docstring. Values are not range-checked here; build_config does that.
+    """
+    assumptions: list[str] = []
+
+    def need(name):
+        value = row[name]
+        if not _known(value) or (isinstance(value, str) and not value):
+            raise ConfigError(name, "empty in the runs CSV; needed to simulate the row")
+        return _int_or_value(value)
+
+    def default(name, value, text):
+        if _known(row[name]) and row[name] != "":
+            return _int_or_value(row[name])
+        assumptions.append(f"{name}: empty, {text}")
+        return value
+
+    gated = bool(need("gated_mlp"))
+    model = {
+        "name": row["model"],
+        "num_layers": need("num_layers"),
+        "hidden_size": need("hidden_size"),
+        "num_attention_heads": need("num_attention_heads"),
+        "vocab_size": need("vocab_size"),
+        "activation": "swiglu" if gated else "gelu",
+        "normalization": "rmsnorm" if gated else "layernorm",
+        "position_embedding": "rope" if gated else "learned",
+        "add_bias_linear": not gated,
+        "untie_embeddings_and_output_weights": gated,
+    }
+    for name, text in (("ffn_hidden_size", "assumed 4 * hidden_size"),
+                       ("num_query_groups", "assumed num_attention_heads (no GQA)"),
+                       ("kv_channels", "assumed hidden_size / num_attention_heads")):
+        value = default(name, 0, text)
+        if value:
+            model[name] = value
+
+    gpu = need("gpu")
+    num_gpus, gpus_per_node = need("num_gpus"), need("gpus_per_node")
+    cluster = {"gpu": gpu, "num_gpus": num_gpus}
+    if gpu in NVL_HOST_GPUS:
+        host = NVL_HOST_GPUS[gpu]
+        cluster.update(gpus_per_node=host, nvlink_domain=gpus_per_node, nics_per_node=host, cpu="arm")
+    else:
+        cluster.update(gpus_per_node=gpus_per_node, nics_per_node=gpus_per_node)
+    if _known(row["nic_gbps_per_gpu"]):
+        cluster["nic_gbps"] = row["nic_gbps_per_gpu"]
+    elif isinstance(num_gpus, int) and num_gpus <= cluster["gpus_per_node"]:
+        assumptions.append("nic_gbps_per_gpu: empty, unused (single-node job)")
+    else:
+        preset = _preset_with_gpu(gpu)
+        if preset is None:
+            raise ConfigError("nic_gbps_per_gpu", "empty in the runs CSV and no built-in cluster preset uses "
+                              "this GPU to assume it from", gpu)
+        cluster["nic_gbps"] = preset["nic_gbps"]
+        assumptions.append(f"nic_gbps_per_gpu: empty, assumed {preset['nic_gbps']:g} "
+                           f"(cluster preset {preset['name']})")
+
+    tp, pp = need("tp"), need("pp")
+    distributed_optimizer = default("distributed_optimizer", 0, "assumed 0 (no distributed optimizer)")
+    zero_stage = default("zero_stage", int(distributed_optimizer == 1), f"assumed {int(distributed_optimizer == 1)}")
+    if distributed_optimizer == 1 and isinstance(zero_stage, int):
+        zero_stage = max(zero_stage, 1)
+    pp_text = f"with pp={pp} the source ran an interleaved schedule of unknown degree; simulated as 1F1B (vpp=1)"
+    training = {
+        "tensor_model_parallel_size": tp,
+        "pipeline_model_parallel_size": pp,
+        "data_parallel_size": need("dp"),
+        "context_parallel_size": need("cp"),
+        "virtual_pipeline_model_parallel_size": default(
+            "vpp", 1, pp_text if isinstance(pp, int) and pp > 1 else "assumed 1"),
+        "sequence_parallel": default("sp", int(isinstance(tp, int) and tp > 1),
+                                     "assumed on with tp > 1 (Megatron-style recipes)"),
+        "micro_batch_size": default("micro_batch_size", 1, "assumed 1"),
+        "global_batch_size": need("global_batch_size"),
+        "seq_length": need("seq_length"),
+        "recompute_granularity": default("recompute", "none", "assumed none"),
+        "precision": default("precision", "bf16", "assumed bf16"),
+        "use_distributed_optimizer": distributed_optimizer,
+        "zero_stage": zero_stage,
+    }
+    return {"model": model, "cluster": cluster, "training": training}, tuple(assumptions)
+
+
+def _preset_with_gpu(gpu: str) -> dict | None:
+    """The first built-in cluster preset (by name) whose GPU is ``gpu``, with its name; None if none."""
+    for name in list_presets("clusters"):
+        preset = load_preset("clusters", name)
+        if preset.get("gpu") == gpu:
+            return preset
+    return None
+
+
+def summarize(predicted_s, measured_s) -> ErrorSummary:
+    """Error figures of predicted against measured step times.
+
+    Parameters
+    ----------
+    predicted_s, measured_s : array_like of float, shape (n,)
+        Step times in seconds; ``measured_s`` > 0.
+
+    Returns
+    -------
+    ErrorSummary
+        ``n``, median / mean / 90th percentile of ``|(predicted - measured) / measured| * 100`` and the
+        Spearman rank correlation (NaN figures when ``n`` is 0; NaN Spearman when ``n`` < 2 or either
+        input is constant, where the rank correlation is undefined).
+    """
+    predicted_s = np.asarray(predicted_s, dtype=float)
+    measured_s = np.asarray(measured_s, dtype=float)
+    n = len(measured_s)
+    if n == 0:
+        return ErrorSummary(0, math.nan, math.nan, math.nan, math.nan)
+    abs_err = np.abs((predicted_s - measured_s) / measured_s * 100.0)
+    defined = n >= 2 and np.ptp(predicted_s) > 0 and np.ptp(measured_s) > 0
+    rho = float(stats.spearmanr(predicted_s, measured_s).statistic) if defined else math.nan
+    return ErrorSummary(n=n, median_abs_error_pct=float(np.median(abs_err)), mape_pct=float(np.mean(abs_err)),
+                        p90_abs_error_pct=float(np.percentile(abs_err, 90)), spearman=rho)
+
+
+def _skip_reason(row: Mapping) -> str | None:
+    """Why a row is not simulated before a config is built, or None."""
+    from flowsim.gpu_specs import get_gpu
+
+    measured = row["measured_step_time_s"]
+    if not _known(measured):
+        return "no measured step time"
+    if not measured > 0:
+        return f"measured_step_time_s: must be > 0 (got {measured:g})"
+    experts = row["moe_num_experts"]
+    if _known(experts) and experts > 0:
+        return f"MoE not yet supported (moe_num_experts={experts:g})"
+    try:
+        get_gpu(row["gpu"])
+    except ConfigError:
+        return f"no GPU spec for {row['gpu']!r}"
+    return None
+
+
+def validate_runs(path: str | Path, simulate: Callable | None = None, *,
+                  only_ids=None) -> ValidationReport:
+    """Simulate every row of a runs-schema-v1 CSV that flowsim supports and compare with the measurement.
+
+    Parameters
+    ----------
+    path : str or Path
+        The runs CSV.
+    simulate : callable, optional
+        ``simulate(SimConfig) -> Result``-like (anything with ``step_time_s`` and ``fits_memory``);
+        default :func:`flowsim.simulate`. Tests pass a stand-in to check the arithmetic.
+    only_ids : iterable of int, optional
+        Compare only these row ids (others are neither simulated nor listed as skipped).
+
+    Returns
+    -------
+    ValidationReport
+        Per-row comparison, summary (overall and per ``source``), and the skipped rows with reasons:
+        malformed lines, no measured step time, MoE models, GPUs without a spec, a config that
+        build_config rejects, and layouts the simulator rejects (the ConfigError message).
+
+    Raises
+    ------
+    ConfigError
+        When the file cannot be read or lacks a required column, or an id of ``only_ids`` is not in it.
+    """
+    if simulate is None:
+        from flowsim import simulate
+    runs, skipped = read_runs(path)
+    if only_ids is not None:
+        wanted = [int(i) for i in only_ids]
+        absent = sorted(set(wanted) - set(runs["id"]) - {s.id for s in skipped})
+        if absent:
+            raise ConfigError("only_ids", "not in the runs file", ", ".join(map(str, absent)))
+        runs = runs[runs["id"].isin(wanted)]
+        skipped = [s for s in skipped if s.id in wanted]
+    rows: list[RunComparison] = []
+    for _, row in runs.iterrows():
+        reason = _skip_reason(row)
+        if reason is None:
+            try:
+                mapping, assumptions = row_to_config(row)
+                cfg = build_config(mapping)
+                result = simulate(cfg)
+            except ConfigError as e:
+                reason = str(e)
+        if reason is not None:
+            skipped.append(SkippedRun(int(row["id"]), reason))
+            continue
+        t = cfg.training
+        measured = float(row["measured_step_time_s"])
+        predicted = float(result.step_time_s)
+        rows.append(RunComparison(
+            id=int(row["id"]), source=row["source"], model=row["model"], gpu=row["gpu"],
+            num_gpus=cfg.cluster.num_gpus, tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp,
+            predicted_step_time_s=predicted, measured_step_time_s=measured,
+            error_pct=(predicted - measured) / measured * 100.0, fits_memory=bool(result.fits_memory),
+            assumptions=assumptions))
+    by_source: dict[str, list[RunComparison]] = {}
+    for r in rows:
+        by_source.setdefault(r.source, []).append(r)
+    return ValidationReport(
+        rows=tuple(rows),
+        summary=summarize([r.predicted_step_time_s for r in rows], [r.measured_step_time_s for r in rows]),
+        by_source={src: summarize([r.predicted_step_time_s for r in rs], [r.measured_step_time_s for r in rs])
+                   for src, rs in by_source.items()},
+        skipped=tuple(skipped))
