@@ -95,15 +95,15 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
         w += FP8_WEIGHT_BYTES * params / (dp if zero >= 3 else 1)
     if zero >= 3:
         # FSDP gathers one layer's weights at a time and prefetches the next (two full layers)
-        w += 2 * WEIGHT_BYTES * params / max(m.num_layers // t.pp, 1)
+        w += 2 * WEIGHT_BYTES * params / max(int(wl.chunk_layers[stage].sum()), 1)
     g = GRAD_BYTES * params / (dp if zero >= 2 else 1)
     o = OPTIMIZER_BYTES * params / (dp if zero >= 1 else 1)
 
-    layers = wl.layers_per_chunk * t.vpp
+    layers = int(wl.chunk_layers[stage].sum())
     per_layer = layer_activation_bytes(cfg)
     mb = in_flight_microbatches(cfg, stage)
-    if wl.recompute_layers_per_chunk:
-        rec = wl.recompute_layers_per_chunk * t.vpp
+    rec = int(wl.chunk_recompute_layers[stage].sum())
+    if rec:
         s = cfg.seq_length // t.cp
         layer_input = ACT_BYTES * s * t.micro_batch_size * m.hidden_size / (t.tp if t.sequence_parallel else 1)
         stored = rec * layer_input + (layers - rec) * per_layer

@@ -110,7 +110,7 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters,
     prefetched one layer ahead so that each hides behind the neighbouring layer's compute."""
     t = cfg.training
-    per_layer_params = wl.stage_params[0] / max(cfg.model.num_layers // t.pp, 1)
+    per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
     m = cfg.num_microbatches
     ag = comms.time("dp", "allgather", per_layer_params * PARAM_GATHER_BYTES, 2 * m)
     rs = comms.time("dp", "reducescatter", per_layer_params * GRAD_REDUCE_BYTES, m)
@@ -203,38 +203,29 @@ def simulate(config=None, **overrides) -> Result:
 
     ops, spans = _ops_frame(wl)
     t_ops = op_times(ops, gpu)
-    lpc = wl.layers_per_chunk
-    layer = _block_times(wl.layer, t_ops[spans["layer"]], comms, cfg, m * lpc * v * 1)
+    L, R = wl.chunk_layers, wl.chunk_recompute_layers
+    layer = _block_times(wl.layer, t_ops[spans["layer"]], comms, cfg, m * int(L.sum()))
     emb = _block_times(wl.embedding, t_ops[spans["embedding"]], comms, cfg, m)
     head = _block_times(wl.head, t_ops[spans["head"]], comms, cfg, m)
 
-    def fwd(b):
-        return b["compute_fwd"] + b["tp_fwd"] + b["cp_fwd"]
+    def part(b, kind):
+        """Per-micro-batch seconds of one block: kind 'fwd', 'bwd' or 'recompute'."""
+        return b[f"compute_{kind}"] + b[f"tp_{kind}"] + b[f"cp_{kind}"]
 
-    def bwd(b):
-        return b["compute_bwd"] + b["tp_bwd"] + b["cp_bwd"]
-
-    def rec(b):
-        return b["compute_recompute"] + b["tp_recompute"] + b["cp_recompute"]
-
-    layer_f, layer_b = fwd(layer), bwd(layer) + rec(layer) * (wl.recompute_layers_per_chunk / lpc)
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-    fsdp_f = fsdp_b = 0.0
+    fsdp_f = fsdp_b = first_gather = 0.0
     if zero >= 3 and t.dp * t.cp > 1:
-        fsdp_f, fsdp_b, first_gather = _fsdp_exposed(cfg, wl, comms, layer_f, layer_b)
-    fwd_s = np.full((p, v), lpc * (layer_f + fsdp_f))
-    bwd_s = np.full((p, v), lpc * (layer_b + fsdp_b))
-    fwd_s[0, 0] += fwd(emb)
-    bwd_s[0, 0] += bwd(emb)
-    fwd_s[p - 1, v - 1] += fwd(head)
-    bwd_s[p - 1, v - 1] += bwd(head)
-    if zero >= 3 and t.dp * t.cp > 1:
-        fwd_s[0, 0] += first_gather  # the first layer's weights cannot be prefetched behind compute
+        fsdp_f, fsdp_b, first_gather = _fsdp_exposed(cfg, wl, comms, part(layer, "fwd"), part(layer, "bwd"))
+    fwd_s = L * (part(layer, "fwd") + fsdp_f)
+    bwd_s = L * (part(layer, "bwd") + fsdp_b) + R * part(layer, "recompute")
+    fwd_s[0, 0] += part(emb, "fwd") + first_gather  # the first layer's weights cannot be prefetched
+    bwd_s[0, 0] += part(emb, "bwd")
+    fwd_s[p - 1, v - 1] += part(head, "fwd")
+    bwd_s[p - 1, v - 1] += part(head, "bwd")
 
     p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * m * v) if p > 1 else 0.0
-    schedule = t.schedule
-    tl = simulate_pipeline(schedule, m, fwd_s, bwd_s, p2p)
-    tl0 = simulate_pipeline(schedule, m, fwd_s, bwd_s, 0.0) if p > 1 else tl
+    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p)
+    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0) if p > 1 else tl
     pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
 
     dp_x = [sum(_dp_exposed(cfg, wl, comms, tl, s)) for s in range(p)]
@@ -243,27 +234,19 @@ def simulate(config=None, **overrides) -> Result:
     step = float(max(tl.end_s[s] + dp_x[s] + opt_s[s] for s in range(p)))
 
     stages = []
-
     for s in range(p):
-        nchunks = v * m
-        comp = nchunks * lpc * (layer["compute_fwd"] + layer["compute_bwd"])
-        comp += m * v * wl.recompute_layers_per_chunk * layer["compute_recompute"]
-        tp_c = nchunks * lpc * (layer["tp_fwd"] + layer["tp_bwd"]) + m * v * wl.recompute_layers_per_chunk * \
-            layer["tp_recompute"]
-        cp_c = nchunks * lpc * (layer["cp_fwd"] + layer["cp_bwd"]) + m * v * wl.recompute_layers_per_chunk * \
-            layer["cp_recompute"]
-        dp_c = nchunks * lpc * (fsdp_f + fsdp_b)
-        if s == 0:
-            comp += m * (emb["compute_fwd"] + emb["compute_bwd"])
-            tp_c += m * (emb["tp_fwd"] + emb["tp_bwd"])
-        if s == p - 1:
-            comp += m * (head["compute_fwd"] + head["compute_bwd"])
-            tp_c += m * (head["tp_fwd"] + head["tp_bwd"])
-        dp_c += dp_x[s]
-        opt = opt_s[s]
-        bubble = max(0.0, step - comp - tp_c - cp_c - dp_c - opt - pp_exposed)
+        n_l, n_r = m * int(L[s].sum()), m * int(R[s].sum())
+        comp = n_l * (layer["compute_fwd"] + layer["compute_bwd"]) + n_r * layer["compute_recompute"]
+        tp_c = n_l * (layer["tp_fwd"] + layer["tp_bwd"]) + n_r * layer["tp_recompute"]
+        cp_c = n_l * (layer["cp_fwd"] + layer["cp_bwd"]) + n_r * layer["cp_recompute"]
+        dp_c = n_l * (fsdp_f + fsdp_b) + dp_x[s] + (m * first_gather if s == 0 else 0.0)
+        for blk, on in ((emb, s == 0), (head, s == p - 1)):
+            if on:
+                comp += m * (blk["compute_fwd"] + blk["compute_bwd"])
+                tp_c += m * (blk["tp_fwd"] + blk["tp_bwd"])
+        bubble = max(0.0, step - comp - tp_c - cp_c - dp_c - opt_s[s] - pp_exposed)
         stages.append(StageBreakdown(stage=s, compute_s=comp, tp_comm_s=tp_c, cp_comm_s=cp_c,
-                                     pp_comm_s=pp_exposed, dp_comm_s=dp_c, bubble_s=bubble, optimizer_s=opt,
+                                     pp_comm_s=pp_exposed, dp_comm_s=dp_c, bubble_s=bubble, optimizer_s=opt_s[s],
                                      memory_bytes=mems[s].total_bytes))
 
     tokens = cfg.tokens_per_step
@@ -278,7 +261,7 @@ def simulate(config=None, **overrides) -> Result:
             rsel = (block["phase"] == "recompute").to_numpy()
             fl = flops_ops[sl]
             if name == "layer":
-                f += m * v * lpc * fl[sel].sum() + m * v * wl.recompute_layers_per_chunk * fl[rsel].sum()
+                f += m * int(L[s].sum()) * fl[sel].sum() + m * int(R[s].sum()) * fl[rsel].sum()
             elif (name == "embedding" and s == 0) or (name == "head" and s == p - 1):
                 f += m * fl[sel].sum()
         per_gpu_flops.append(f)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from flowsim.config import SimConfig
@@ -70,9 +71,9 @@ class Workload:
     ----------
     layer, embedding, head : OpSet
         Per-micro-batch blocks (see module docstring).
-    layers_per_chunk : int
-        Transformer layers in one model chunk (``num_layers / (pp * vpp)``).
-    recompute_layers_per_chunk : int
+    chunk_layers : int64[p, v]
+        Transformer layers of model chunk ``c`` on pipeline stage ``s`` (see :func:`chunk_layer_counts`).
+    chunk_recompute_layers : int64[p, v]
         Layers of each chunk whose forward is re-run in backward (full recompute).
     p2p_bytes : float
         Bytes of the activation (or its gradient) one GPU sends to the next stage per micro-batch.
@@ -85,8 +86,8 @@ class Workload:
     layer: OpSet
     embedding: OpSet
     head: OpSet
-    layers_per_chunk: int
-    recompute_layers_per_chunk: int
+    chunk_layers: np.ndarray
+    chunk_recompute_layers: np.ndarray
     p2p_bytes: float
     stage_params: tuple
     gemm_dtype: str
@@ -346,14 +347,40 @@ def layer_params(cfg: SimConfig) -> float:
     return sharded / tp + replicated
 
 
-def stage_params(cfg: SimConfig) -> tuple:
+def chunk_layer_counts(cfg: SimConfig) -> np.ndarray:
+    """Transformer layers per (pipeline stage, model chunk), int64[p, v].
+
+    Virtual stage ``k = c * p + s`` (Megatron-LM's interleaved assignment) holds layers in order. With
+    ``account_for_embedding_in_pipeline_split`` (``..._loss_...``) the embedding (loss) counts as one
+    layer of virtual stage 0 (the last). ``balanced`` gives the remainder layers one each to the virtual
+    stages after the first.
+    """
+    t = cfg.training
+    p, v = t.pp, t.vpp
+    k = p * v
+    e = int(t.account_for_embedding_in_pipeline_split)
+    lo = int(t.account_for_loss_in_pipeline_split)
+    total = cfg.model.num_layers + e + lo
+    per = np.full(k, total // k, dtype=np.int64)
+    rem = total % k
+    per[1:1 + rem] += 1
+    if rem > k - 1:  # only with one virtual stage
+        per[0] += rem - (k - 1)
+    per[0] -= e
+    per[-1] -= lo
+    counts = np.zeros((p, v), dtype=np.int64)
+    for idx in range(k):
+        counts[idx % p, idx // p] = per[idx]
+    return counts
+
+
+def stage_params(cfg: SimConfig, chunk_layers: np.ndarray) -> tuple:
     """Parameters held by one GPU of each pipeline stage (TP-sharded, before ZeRO sharding)."""
     m, t = cfg.model, cfg.training
     h, v = m.hidden_size, padded_vocab(cfg)
-    per_stage_layers = m.num_layers // t.pp
     out = []
     for s in range(t.pp):
-        n = per_stage_layers * layer_params(cfg)
+        n = int(chunk_layers[s].sum()) * layer_params(cfg)
         if s == 0:
             n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
         if s == t.pp - 1:
@@ -368,21 +395,21 @@ def stage_params(cfg: SimConfig) -> tuple:
 def build_workload(cfg: SimConfig) -> Workload:
     """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig)."""
     t = cfg.training
-    lpc = cfg.model.num_layers // (t.pp * t.vpp)
+    layers = chunk_layer_counts(cfg)
     if t.recompute_granularity == "full":
-        rlpc = t.recompute_num_layers or lpc
+        rec = np.minimum(layers, t.recompute_num_layers) if t.recompute_num_layers else layers.copy()
     else:
-        rlpc = 0
+        rec = np.zeros_like(layers)
     tokens = t.micro_batch_size * cfg.seq_length // t.cp
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
     return Workload(
         layer=build_layer(cfg),
         embedding=build_embedding(cfg),
         head=build_head(cfg),
-        layers_per_chunk=lpc,
-        recompute_layers_per_chunk=rlpc,
+        chunk_layers=layers,
+        chunk_recompute_layers=rec,
         p2p_bytes=float(p2p),
-        stage_params=stage_params(cfg),
+        stage_params=stage_params(cfg, layers),
         gemm_dtype="fp8" if t.precision == "fp8" else "bf16",
     )
 

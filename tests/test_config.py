@@ -58,8 +58,8 @@ def test_rule_messages():
     assert _err(tp=2, dp=2) == "num_gpus: must equal tp*pp*dp*cp (got 8 vs 2*1*2*1=4)"
     assert _err(gpus=24, tp=3) == "num_attention_heads: must be divisible by tensor_model_parallel_size (got 32 and 3)"
     assert _err(pp=8, gpus=8, num_layers=36) == (
-        "num_layers: must be divisible by pipeline_model_parallel_size * virtual_pipeline_model_parallel_size "
-        "(got 36 and 8*1)")
+        "num_layers: num_layers must be divisible by pipeline_model_parallel_size * "
+        "virtual_pipeline_model_parallel_size (or set pipeline_layer_split: balanced) (got 36 and 8*1)")
     assert _err(gbs=12, mbs=1) == (
         "global_batch_size: must be divisible by micro_batch_size * data_parallel_size (got 12 and 1*8)")
     assert _err(tp="two") == "tensor_model_parallel_size: must be an integer (got two)"

@@ -55,7 +55,7 @@ def test_recompute_adds_forward_again():
     sel = build_workload(build_config(**GPT, gpus=8, tp=8, gbs=1, recompute="selective"))
     assert _flops(full.layer, "recompute") == pytest.approx(_flops(base.layer, "fwd"), rel=1e-12)
     assert _flops(sel.layer, "recompute") == pytest.approx(_flops(base.layer, "fwd", "attn_fwd"), rel=1e-12)
-    assert full.recompute_layers_per_chunk == 96 and base.recompute_layers_per_chunk == 0
+    assert full.chunk_recompute_layers.sum() == 96 and base.chunk_recompute_layers.sum() == 0
     assert (full.layer.comms["phase"] == "recompute").sum() == 2
 
 
@@ -78,3 +78,17 @@ def test_unfused_attention_computes_the_full_square():
     # backward runs four batched GEMMs of the same size
     bwd = c[(c["phase"] == "bwd") & c["name"].str.match(r"attn_(scores|context)")]
     assert float(bwd[bwd["kind"] == "gemm"]["flops"].sum()) == pytest.approx(8 * b * s * s * h / t, rel=1e-12)
+
+
+def test_uneven_pipeline_splits():
+    from flowsim.workload import chunk_layer_counts
+    # Megatron-LM's Llama-3.1-405B recipe: 126 layers + embedding + loss = 128 = 8 stages x 8 chunks x 2
+    cfg = build_config(model="llama3.1-405b", cluster="dgx-h100", gpus=64, tp=8, pp=8, vpp=8, gbs=64,
+                       account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    c = chunk_layer_counts(cfg)
+    assert c.sum() == 126 and c[0, 0] == 1 and c[7, 7] == 1 and (c[1:7] == 2).all()
+    # balanced: 70 layers over 12 stages (BLOOM) -> 5 or 6 per stage, the first stage 5
+    bloom = build_config(num_layers=70, hidden_size=14336, num_attention_heads=112, cluster="dgx-a100", gpus=96,
+                         tp=8, pp=12, gbs=12, pipeline_layer_split="balanced")
+    b = chunk_layer_counts(bloom)[:, 0]
+    assert b.sum() == 70 and b[0] == 5 and set(b) == {5, 6}

@@ -69,9 +69,15 @@ class SimConfig:
         if m.ffn_hidden_size % t.tp:
             raise ConfigError("ffn_hidden_size", "must be divisible by tensor_model_parallel_size",
                               f"{m.ffn_hidden_size} and {t.tp}")
-        if m.num_layers % (t.pp * t.vpp):
-            raise ConfigError("num_layers", "must be divisible by pipeline_model_parallel_size * "
-                              "virtual_pipeline_model_parallel_size", f"{m.num_layers} and {t.pp}*{t.vpp}")
+        extra = int(t.account_for_embedding_in_pipeline_split) + int(t.account_for_loss_in_pipeline_split)
+        if t.pipeline_layer_split == "even" and (m.num_layers + extra) % (t.pp * t.vpp):
+            what = "num_layers" + (" + embedding/loss layers" if extra else "")
+            raise ConfigError("num_layers", f"{what} must be divisible by pipeline_model_parallel_size * "
+                              "virtual_pipeline_model_parallel_size (or set pipeline_layer_split: balanced)",
+                              f"{m.num_layers + extra} and {t.pp}*{t.vpp}")
+        if m.num_layers + extra < t.pp * t.vpp:
+            raise ConfigError("num_layers", "every virtual pipeline stage needs at least one layer",
+                              f"{m.num_layers} layers for {t.pp}*{t.vpp} stages")
         if t.global_batch_size % (t.micro_batch_size * t.dp):
             raise ConfigError("global_batch_size", "must be divisible by micro_batch_size * data_parallel_size",
                               f"{t.global_batch_size} and {t.micro_batch_size}*{t.dp}")
@@ -88,6 +94,6 @@ class SimConfig:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",
                               f"{self.num_microbatches} micro-batches, pp={t.pp}")
-        if t.recompute_num_layers > m.num_layers // (t.pp * t.vpp):
+        if t.recompute_num_layers > -(-m.num_layers // (t.pp * t.vpp)):
             raise ConfigError("recompute_num_layers", "must not exceed the layers per pipeline chunk",
-                              f"{t.recompute_num_layers} > {m.num_layers // (t.pp * t.vpp)}")
+                              f"{t.recompute_num_layers} > {-(-m.num_layers // (t.pp * t.vpp))}")

@@ -8,6 +8,7 @@ from flowsim.errors import ConfigError
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
 SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved")
+LAYER_SPLITS = ("even", "balanced")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,13 @@ class TrainingConfig:
         Tensor-parallel communication overlapped with GEMMs (Megatron/TE userbuffers).
     bucket_size_bytes : float
         Gradient bucket size for the overlapped reduction, in bytes.
+    account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split : bool
+        Megatron-LM's uneven split: the embedding (loss) counts as one layer of the first (last) virtual
+        pipeline stage, which then holds one transformer layer fewer.
+    pipeline_layer_split : str
+        ``even`` (every virtual stage holds ``num_layers / (pp * vpp)`` layers; anything else is an error) or
+        ``balanced`` (the remainder layers go one each to the virtual stages after the first, as the
+        uniform partitioners of DeepSpeed and torchtitan do).
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
@@ -72,6 +80,9 @@ class TrainingConfig:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     bucket_size_bytes: float = 40e6
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    pipeline_layer_split: str = "even"
     use_flash_attn: bool = True
 
     @property
@@ -135,6 +146,9 @@ class TrainingConfig:
         if self.pipeline_schedule == "interleaved" and self.vpp == 1:
             raise ConfigError("pipeline_schedule", "interleaved needs virtual_pipeline_model_parallel_size > 1",
                               "vpp=1")
+        if self.pipeline_layer_split not in LAYER_SPLITS:
+            raise ConfigError("pipeline_layer_split", f"must be one of {', '.join(LAYER_SPLITS)}",
+                              self.pipeline_layer_split)
         if self.cp > 1 and not self.use_flash_attn:
             raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
         if not self.bucket_size_bytes > 0:
