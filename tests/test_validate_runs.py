@@ -130,7 +130,11 @@ def test_every_shared_row_runs_or_is_skipped_with_a_reason(shared_data):
 
 def test_shared_rows_record_their_assumptions(shared_data):
     rows = {r.id: r for r in validate_runs(shared_data / RUNS, simulate=FakeSimulate()).rows}
-    assert rows[1].assumptions == ("micro_batch_size: empty, assumed 1",)
+    assert rows[1].assumptions == ("micro_batch_size: empty, assumed 1",
+                                   "attention: unfused (the source, 2021, predates FlashAttention)")
+    assert "tp_comm_overlap: on (stated in the source notes)" in rows[211].assumptions
+    assert rows[72].assumptions[-1] == "pipeline split: embedding and loss count as layers (Megatron-LM recipe)"
+    assert rows[209].assumptions[-1] == "pipeline split: balanced (layers do not divide into pp*vpp stages)"
     assert rows[5].assumptions[0] == ("vpp: empty, with pp=2 the source ran an interleaved schedule of unknown "
                                       "degree; simulated as 1F1B (vpp=1)")
     assert "recompute: empty, assumed none" in rows[28].assumptions

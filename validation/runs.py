@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -52,7 +53,7 @@ NUMERIC_COLUMNS = (
 )
 """Columns of runs schema v1 that the validation loop reads as numbers (an empty cell is NaN)."""
 
-TEXT_COLUMNS = ("source", "model", "gpu", "recompute", "precision")
+TEXT_COLUMNS = ("source", "source_detail", "model", "gpu", "recompute", "precision", "framework", "notes")
 """Columns of runs schema v1 that the validation loop reads as text."""
 
 REQUIRED_COLUMNS = NUMERIC_COLUMNS + TEXT_COLUMNS
@@ -385,6 +386,8 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
         assumptions.append("nic_gbps_per_gpu: empty, unused (single-node job)")
     else:
         preset = _preset_with_gpu(gpu)
+        if preset is None and gpu in SYSTEM_NIC_GBPS:
+            preset = {"nic_gbps": SYSTEM_NIC_GBPS[gpu][0], "name": SYSTEM_NIC_GBPS[gpu][1]}
         if preset is None:
             raise ConfigError("nic_gbps_per_gpu", "empty in the runs CSV and no built-in cluster preset uses "
                               "this GPU to assume it from", gpu)
@@ -415,7 +418,46 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
         "use_distributed_optimizer": distributed_optimizer,
         "zero_stage": zero_stage,
     }
+    training.update(_software_facts(row, model["num_layers"], training, assumptions))
     return {"model": model, "cluster": cluster, "training": training}, tuple(assumptions)
+
+
+def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list) -> dict:
+    """Settings the schema has no column for, taken from the row's own source text (recorded as assumptions).
+
+    * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
+    * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
+    * Layers that do not divide into pp * vpp stages: Megatron-LM / NeMo recipes count the embedding and
+      the loss as one layer each (``account_for_*_in_pipeline_split``, as in the Llama-3.1-405B recipes)
+      when that makes them divide; otherwise the remainder is spread (``balanced``, the uniform
+      partitioners of DeepSpeed and torchtitan).
+    """
+    out = {}
+    year = re.search(r"(19|20)\d\d", str(row.get("source", "")))
+    if year and int(year.group(0)) < 2022:
+        out["use_flash_attn"] = False
+        assumptions.append(f"attention: unfused (the source, {year.group(0)}, predates FlashAttention)")
+    text = f"{row.get('notes', '')} {row.get('source_detail', '')}"
+    if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE):
+        out["tp_comm_overlap"] = True
+        assumptions.append("tp_comm_overlap: on (stated in the source notes)")
+    pp, vpp = training["pipeline_model_parallel_size"], training["virtual_pipeline_model_parallel_size"]
+    if all(isinstance(x, int) and x > 0 for x in (num_layers, pp, vpp)) and num_layers % (pp * vpp):
+        if row.get("framework") in ("megatron-lm", "nemo") and (num_layers + 2) % (pp * vpp) == 0:
+            out["account_for_embedding_in_pipeline_split"] = True
+            out["account_for_loss_in_pipeline_split"] = True
+            assumptions.append("pipeline split: embedding and loss count as layers (Megatron-LM recipe)")
+        else:
+            out["pipeline_layer_split"] = "balanced"
+            assumptions.append("pipeline split: balanced (layers do not divide into pp*vpp stages)")
+    return out
+
+
+SYSTEM_NIC_GBPS = {
+    # curated/README.md "System facts used": Meta Grand Teton (torchtitan, Llama 3) 400 Gb/s per GPU
+    "h100-sxm-hbm2e": (400.0, "Meta Grand Teton system facts in the runs README"),
+}
+"""NIC line rate per GPU for GPUs with no built-in cluster preset, from the runs README's system facts."""
 
 
 def _preset_with_gpu(gpu: str) -> dict | None:
