@@ -72,15 +72,22 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
     """Per-phase compute and exposed-communication seconds of one block for one micro-batch."""
     c = opset.compute
     per = t_ops * c["count"].to_numpy()
+    phase = c["phase"].to_numpy()
+    kind = c["kind"].to_numpy()
+    is_gemm = kind == "gemm"
+    is_attn = (kind == "attn_fwd") | (kind == "attn_bwd")
+    is_dgrad = np.array([n.endswith(".dgrad") for n in c["name"]], dtype=bool)
     out = {}
     for ph in ("fwd", "bwd", "recompute"):
-        sel = (c["phase"] == ph).to_numpy()
+        sel = phase == ph
         out[f"compute_{ph}"] = float(per[sel].sum())
-        gemm = float(per[sel & (c["kind"] == "gemm").to_numpy()].sum())
-        dgrad = float(per[sel & c["name"].str.endswith(".dgrad").to_numpy()].sum())
-        attn = float(per[sel & c["kind"].str.startswith("attn").to_numpy()].sum())
+        gemm = float(per[sel & is_gemm].sum())
+        dgrad = float(per[sel & is_dgrad].sum())
+        attn = float(per[sel & is_attn].sum())
         tp_blocking = tp_dgrad = cp_total = 0.0
-        for r in opset.comms[opset.comms["phase"] == ph].itertuples():
+        for r in opset.comms:
+            if r.phase != ph:
+                continue
             dt = comms.time(r.group, r.op, r.size_bytes, r.count * count) * r.count
             if r.group == "cp":
                 cp_total += dt
@@ -155,13 +162,14 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
     return grad_exposed, gather_exposed
 
 
-def _optimizer_s(cfg, wl, gpu, stage) -> float:
+def _optimizer_s(cfg, wl, gpu) -> np.ndarray:
+    """Adam step of one GPU of every stage (memory-bound over the local parameter shard), seconds."""
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-    n = wl.stage_params[stage] / (t.dp * t.cp if zero >= 1 else 1)
-    ops = pd.DataFrame([dict(kind="memory", dtype="fp32", flops=ADAM_FLOPS_PER_PARAM * n,
-                             bytes=ADAM_BYTES_PER_PARAM * n)])
-    return float(op_times(ops, gpu)[0])
+    n = np.asarray(wl.stage_params) / (t.dp * t.cp if zero >= 1 else 1)
+    ops = pd.DataFrame({"kind": ["memory"] * len(n), "dtype": ["fp32"] * len(n), "flops": ADAM_FLOPS_PER_PARAM * n,
+                        "bytes": ADAM_BYTES_PER_PARAM * n})
+    return op_times(ops, gpu)
 
 
 def _coerce_config(config, overrides) -> SimConfig:
@@ -229,7 +237,7 @@ def simulate(config=None, **overrides) -> Result:
     pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
 
     dp_x = [sum(_dp_exposed(cfg, wl, comms, tl, s)) for s in range(p)]
-    opt_s = [_optimizer_s(cfg, wl, gpu, s) for s in range(p)]
+    opt_s = _optimizer_s(cfg, wl, gpu)
     mems = [stage_memory(cfg, wl, s) for s in range(p)]
     step = float(max(tl.end_s[s] + dp_x[s] + opt_s[s] for s in range(p)))
 
@@ -251,21 +259,13 @@ def simulate(config=None, **overrides) -> Result:
 
     tokens = cfg.tokens_per_step
     model_flops = model_flops_per_token(cfg) * tokens
-    per_gpu_flops = []
     flops_ops = ops["flops"].to_numpy() * ops["count"].to_numpy()
-    for s in range(p):
-        f = 0.0
-        for name, sl in spans.items():
-            block = ops.iloc[sl]
-            sel = block["phase"].isin(["fwd", "bwd"]).to_numpy()
-            rsel = (block["phase"] == "recompute").to_numpy()
-            fl = flops_ops[sl]
-            if name == "layer":
-                f += m * int(L[s].sum()) * fl[sel].sum() + m * int(R[s].sum()) * fl[rsel].sum()
-            elif (name == "embedding" and s == 0) or (name == "head" and s == p - 1):
-                f += m * fl[sel].sum()
-        per_gpu_flops.append(f)
-    hardware_flops = float(sum(per_gpu_flops)) * t.tp * t.cp * t.dp
+    is_rec = ops["phase"].to_numpy() == "recompute"
+    fb = {name: float(flops_ops[sl][~is_rec[sl]].sum()) for name, sl in spans.items()}
+    rec_layer = float(flops_ops[spans["layer"]][is_rec[spans["layer"]]].sum())
+    # every GPU of a stage runs the same ops: sum one GPU per stage, times the GPUs per stage
+    per_stage_gpu = m * (L.sum() * fb["layer"] + R.sum() * rec_layer + fb["embedding"] + fb["head"])
+    hardware_flops = float(per_stage_gpu) * t.tp * t.cp * t.dp
     n_gpus = cfg.cluster.num_gpus
     peak = gpu.peak("fp16" if t.precision == "fp16" else "bf16")
     mem_peak = max(x.total_bytes for x in mems)

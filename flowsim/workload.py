@@ -22,6 +22,7 @@ all-gather + reduce-scatter pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -55,12 +56,23 @@ ADAM_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 + 4
 ADAM_FLOPS_PER_PARAM = 12  # a dozen FLOP per element; negligible next to the traffic
 
 
+class CommOp(NamedTuple):
+    """One collective of a block: group, op, size in the nccl-tests convention (bytes), phase, overlap, count."""
+
+    group: str
+    op: str
+    size_bytes: float
+    phase: str
+    overlap: str
+    count: int
+
+
 @dataclass(frozen=True)
 class OpSet:
-    """Compute and communication of one block for one micro-batch on one GPU."""
+    """Compute (an op table) and communication (CommOp tuples) of one block, one micro-batch, one GPU."""
 
     compute: pd.DataFrame
-    comms: pd.DataFrame
+    comms: tuple
 
 
 @dataclass(frozen=True)
@@ -168,20 +180,26 @@ def _unfused_attention(bh, s, d, dropout, phase):
 
 
 def _comm(group, op, size_bytes, phase, overlap="none", count=1):
-    return dict(group=group, op=op, size_bytes=float(size_bytes), phase=phase, overlap=overlap, count=count)
+    return CommOp(group, op, float(size_bytes), phase, overlap, count)
 
 
 _COMPUTE_COLUMNS = ["name", "kind", "dtype", "m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k",
                     "head_dim", "causal", "flops", "bytes", "phase", "count"]
-_COMM_COLUMNS = ["group", "op", "size_bytes", "phase", "overlap", "count"]
+_INT_COLUMNS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "count")
 
 
 def _finish(rows, comms) -> OpSet:
-    compute = pd.DataFrame(rows).reindex(columns=_COMPUTE_COLUMNS)
-    for c in ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim"):
-        compute[c] = compute[c].fillna(0).astype("int64")
-    compute["causal"] = compute["causal"].astype(object).where(compute["causal"].notna(), False).astype(bool)
-    return OpSet(compute=compute, comms=pd.DataFrame(comms, columns=_COMM_COLUMNS))
+    cols = {}
+    for c in _COMPUTE_COLUMNS:
+        if c in _INT_COLUMNS:
+            cols[c] = np.array([r.get(c, 0) for r in rows], dtype=np.int64)
+        elif c == "causal":
+            cols[c] = np.array([bool(r.get(c, False)) for r in rows])
+        elif c in ("flops", "bytes"):
+            cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
+        else:
+            cols[c] = [r[c] for r in rows]
+    return OpSet(compute=pd.DataFrame(cols), comms=tuple(comms))
 
 
 def _tp_comms(comms, tp, sp, act_bytes, phase):
