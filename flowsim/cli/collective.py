@@ -1,0 +1,242 @@
+"""``flowsim collective`` and ``flowsim validate-nccl``: one collective over a size sweep, and a check
+of the NCCL model against an nccl-tests log."""
+from __future__ import annotations
+
+import re
+
+import click
+
+from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.comm_layout import group_layout
+from flowsim.config.cluster import CPUS, ClusterConfig
+from flowsim.config.loader import list_presets, load_preset
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import get_gpu
+from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, cost_table, predict
+from flowsim.units import GB, GiB, KiB, MiB, US
+from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
+
+POS_INT = click.IntRange(min=1)
+_SUFFIX = {"": 1, "K": KiB, "M": MiB, "G": GiB}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)B?\s*$", re.I)
+NCCL_TESTS_TYPE = "float"
+"""Element type shown in the count/type columns (nccl-tests' default, 4 bytes)."""
+_TYPE_BYTES = 4
+
+_TABLE = [
+    ("size_bytes", "size (B)", ".0f"),
+    ("count", "count (elements)", "d"),
+    ("type", "type", ""),
+    ("time_us", "time (us)", ".2f"),
+    ("algbw_GBps", "algbw (GB/s)", ".2f"),
+    ("busbw_GBps", "busbw (GB/s)", ".2f"),
+    ("algo", "algo", ""),
+    ("proto", "proto", ""),
+]
+_EXPLAIN = [
+    ("algo", "algo", ""),
+    ("proto", "proto", ""),
+    ("rank", "rank", ".0f"),
+    ("latency_us", "latency (us)", ".2f"),
+    ("algbw_GBps", "NCCL algbw (GB/s)", ".1f"),
+    ("nccl_time_us", "NCCL time (us)", ".2f"),
+    ("time_us", "predicted (us)", ".2f"),
+    ("unavailable_reason", "unavailable because", ""),
+]
+_COMPARE = [
+    ("section", "section", "d"),
+    ("size_bytes", "size (B)", ".0f"),
+    ("measured_time_us", "measured (us)", ".2f"),
+    ("predicted_time_us", "predicted (us)", ".2f"),
+    ("measured_busbw_GBps", "measured busbw (GB/s)", ".2f"),
+    ("predicted_busbw_GBps", "predicted busbw (GB/s)", ".2f"),
+    ("error_pct", "busbw error %", "+.1f"),
+    ("algo", "algo", ""),
+    ("proto", "proto", ""),
+]
+
+
+def parse_size(text: str) -> int:
+    """``"64M"`` -> 67108864: an integer with an optional binary suffix K, M or G (case-insensitive).
+
+    Parameters
+    ----------
+    text : str
+        The size.
+
+    Returns
+    -------
+    int
+        Bytes, > 0.
+    """
+    m = _SIZE.match(text)
+    if not m:
+        raise ConfigError("--sizes", "sizes are integers with an optional K/M/G suffix (binary)", text)
+    size = int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if size <= 0:
+        raise ConfigError("--sizes", "sizes must be > 0", text)
+    return size
+
+
+def parse_sizes(text: str) -> list[int]:
+    """nccl-tests style sweep: ``"8:8G"`` doubles from 8 B to 8 GiB; a single size is one row.
+
+    Parameters
+    ----------
+    text : str
+        ``MIN:MAX`` or one size (see :func:`parse_size`).
+
+    Returns
+    -------
+    list of int
+        Sizes in bytes.
+    """
+    parts = text.split(":")
+    if len(parts) == 1:
+        return [parse_size(parts[0])]
+    if len(parts) != 2:
+        raise ConfigError("--sizes", "use MIN:MAX (doubling) or one size", text)
+    lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    if lo > hi:
+        raise ConfigError("--sizes", "MIN must not exceed MAX", text)
+    sizes = []
+    while lo <= hi:
+        sizes.append(lo)
+        lo *= 2
+    return sizes
+
+
+def build_layout(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_node: int | None,
+                 nic_gbps: float | None, gpu: str | None, cpu: str | None) -> CommLayout:
+    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster, with overrides.
+
+    Parameters
+    ----------
+    cluster : str
+        Cluster preset name.
+    nodes : int
+        Hosts in the communicator.
+    gpus_per_node, nics_per_node, nic_gbps, gpu, cpu : optional
+        Overrides of the preset's fields (None keeps the preset's value); ``nic_gbps`` in Gb/s.
+
+    Returns
+    -------
+    CommLayout
+    """
+    fields = load_preset("clusters", cluster)
+    for key, value in (("gpus_per_node", gpus_per_node), ("nics_per_node", nics_per_node),
+                       ("nic_gbps", nic_gbps), ("gpu", gpu), ("cpu", cpu)):
+        if value is not None:
+            fields[key] = value
+    if gpus_per_node is not None and "nvlink_domain" in fields and fields["nvlink_domain"] % gpus_per_node:
+        fields["nvlink_domain"] = gpus_per_node
+    gpn = fields.get("gpus_per_node", 8)
+    fields["num_gpus"] = nodes * gpn
+    fields["name"] = cluster
+    cfg = ClusterConfig(**fields)
+    cfg.validate()
+    return group_layout(cfg, get_gpu(cfg.gpu), cfg.num_gpus, 1)
+
+
+def _cluster_options(func):
+    options = [
+        click.option("--cluster", required=True, help=f"Cluster preset ({', '.join(list_presets('clusters'))})."),
+        click.option("--nodes", type=POS_INT, default=1, show_default=True, help="Hosts in the communicator."),
+        click.option("--gpus-per-node", type=POS_INT, help="GPUs (ranks) per host."),
+        click.option("--nics-per-node", type=POS_INT, help="Scale-out NICs per host."),
+        click.option("--nic-gbps", type=click.FloatRange(min=0, min_open=True), help="Line rate of one NIC, Gb/s."),
+        click.option("--gpu", help="GPU key (see `flowsim gpus`) or a GPU spec YAML file."),
+        click.option("--cpu", type=click.Choice(CPUS), help="Host CPU family (NCCL's LL cap, network overhead)."),
+        click.option("--algo", help="NCCL_ALGO-style override, e.g. ring, ^nvls, allreduce:tree."),
+        click.option("--proto", help="NCCL_PROTO-style override, e.g. simple, ^ll128."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
+    ]
+    for opt in reversed(options):
+        func = opt(func)
+    return func
+
+
+def _count(op: str, size: int, n_ranks: int) -> int:
+    per_rank = op in ("allgather", "reducescatter", "alltoall")
+    return size // (_TYPE_BYTES * (n_ranks if per_rank else 1))
+
+
+@click.command("collective")
+@click.option("--op", required=True, type=click.Choice(OPS), help="Collective.")
+@click.option("--sizes", default="8:8G", show_default=True,
+              help="MIN:MAX bytes doubling (nccl-tests -b/-e -f 2) or one size; suffixes K, M, G are binary.")
+@click.option("--explain", is_flag=True, help="Also print NCCL's whole cost table (every algo/proto) per size.")
+@_cluster_options
+@user_errors
+def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
+               as_json):
+    """Predict one collective over a size sweep, printed like nccl-tests (plus NCCL's algo/proto).
+
+    Sizes follow nccl-tests: for allgather, reducescatter and alltoall SIZE is the total buffer
+    (per-rank count x ranks x 4 B); busbw uses nccl-tests' factors (allreduce 2(n-1)/n; allgather,
+    reducescatter, alltoall (n-1)/n; others 1). Example:
+
+    \b
+        flowsim collective --op allreduce --cluster dgx-h100 --nodes 2 --sizes 1M:1G
+    """
+    layout = build_layout(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    if explain and op in P2P_OPS:
+        raise ConfigError("--explain", f"{op} is point-to-point: NCCL has no cost table for it", op)
+    rows, tables = [], []
+    for size in parse_sizes(sizes):
+        est = predict(op, size, layout, algo=algo, proto=proto)
+        rows.append({**est.to_dict(), "count": _count(op, size, layout.n_ranks), "type": NCCL_TESTS_TYPE})
+        if explain:
+            tables.append((size, cost_table(op, size, layout)))
+    if as_json:
+        out = {"layout": layout.to_dict(), "rows": rows}
+        if explain:
+            out["cost_tables"] = [{"size_bytes": s, "rows": t.to_dict(orient="records")} for s, t in tables]
+        echo_json(out)
+        return
+    click.echo(f"# {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x {layout.ranks_per_node}, "
+               f"{layout.nics_per_node} NIC(s)/node; GB/s = 1e9 B/s")
+    click.echo(format_table([{**r, "time_us": r["time_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
+                              "busbw_GBps": r["busbw_Bps"] / GB} for r in rows], _TABLE))
+    for size, table in tables:
+        click.echo(f"\n# cost table for {size} B (rank 1 = NCCL's choice)")
+        click.echo(format_table([{**r, "latency_us": r["latency_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
+                                  "nccl_time_us": r["nccl_time_s"] / US, "time_us": r["time_s"] / US}
+                                 for r in table.to_dict(orient="records")], _EXPLAIN))
+
+
+@click.command("validate-nccl")
+@click.argument("log", type=click.Path())
+@click.option("--op", type=click.Choice(OPS), help="Collective, where the log does not name it.")
+@click.option("--section", "sections", type=click.IntRange(min=0), multiple=True,
+              help="Compare only this section of the log (0-based; repeatable).")
+@_cluster_options
+@user_errors
+def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
+                  as_json):
+    """Compare an nccl-tests / rccl-tests LOG with the model: per size, measured and predicted time and busbw.
+
+    The summary gives the median and max |busbw error| for sizes >= 1 MiB and below; busbw error =
+    predicted / measured busbw - 1 (positive: the model is too fast). Lines that cannot be read are
+    listed with their numbers. Example:
+
+    \b
+        flowsim validate-nccl all_reduce.log --cluster dgx-h100 --algo ring
+    """
+    layout = build_layout(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    parsed = read_nccl_tests(log, op=op, n_ranks=layout.n_ranks)
+    cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None)
+    if as_json:
+        echo_json({"layout": layout.to_dict(), **cmp.to_dict()})
+        return
+    rows = [{**r, "measured_time_us": r["measured_time_s"] / US, "predicted_time_us": r["predicted_time_s"] / US,
+             "measured_busbw_GBps": r["measured_busbw_Bps"] / GB, "predicted_busbw_GBps": r["predicted_busbw_Bps"] / GB,
+             "error_pct": 100 * r["busbw_error"]} for r in cmp.rows.to_dict(orient="records")]
+    click.echo(format_table(rows, _COMPARE))
+    s = cmp.summary
+    click.echo(f"\nsizes >= 1 MiB: {s.n_large} rows, median |busbw error| {100 * s.median_abs_error_large:.1f} %, "
+               f"max {100 * s.max_abs_error_large:.1f} %")
+    click.echo(f"sizes <  1 MiB: {s.n_small} rows, median |busbw error| {100 * s.median_abs_error_small:.1f} %, "
+               f"max {100 * s.max_abs_error_small:.1f} %")
+    for line, reason in cmp.skipped:
+        click.echo(f"skipped line {line}: {reason}", err=True)

@@ -1,0 +1,113 @@
+"""Turn a cluster and a group of ranks into the :class:`~flowsim.nccl_models.CommLayout` NCCL sees.
+
+Rank numbering is node-major: global rank ``r`` runs on host ``r // gpus_per_node`` as its local GPU
+``r % gpus_per_node``. A scale-up (NVLink) domain holds ``nvlink_domain`` consecutive ranks (one host on
+HGX/DGX, 72 GPUs on an NVL72 rack); ranks of one domain talk over NVLink, so NCCL treats a domain as one
+"node" (multi-node NVLink). A communicator of ``n_ranks`` ranks with stride ``s`` holds the global ranks
+``r0, r0 + s, r0 + 2s, ...``.
+
+NIC rule: NICs are numbered per host like GPUs. With ``nics_per_node == gpus_per_node`` NIC i is the
+closest NIC of GPU i. With fewer NICs, NIC i serves the ``gpus_per_node / nics_per_node`` consecutive
+GPUs ``[i * g / k, (i + 1) * g / k)``; with more NICs, GPU j owns the ``nics_per_node / gpus_per_node``
+NICs ``[j * k / g, (j + 1) * k / g)``. The NICs a communicator can use on a node are the distinct
+closest NICs of its ranks there (NCCL's rings and trees enter and leave a node through the NICs closest
+to the GPUs they run on); across nodes the smallest count is taken.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from flowsim.config.cluster import ClusterConfig
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import GPUSpec
+from flowsim.nccl_models import CommLayout
+from flowsim.units import gbps_to_Bps
+
+
+def closest_nics(local_gpu: int, gpus_per_node: int, nics_per_node: int) -> range:
+    """Indices of the NICs closest to a host's local GPU (module docstring rule).
+
+    Parameters
+    ----------
+    local_gpu : int
+        GPU index on its host, in ``[0, gpus_per_node)``.
+    gpus_per_node : int
+        GPUs per host.
+    nics_per_node : int
+        NICs per host.
+
+    Returns
+    -------
+    range
+        NIC indices on the same host.
+    """
+    if nics_per_node >= gpus_per_node:
+        per = nics_per_node // gpus_per_node
+        return range(local_gpu * per, (local_gpu + 1) * per)
+    nic = local_gpu * nics_per_node // gpus_per_node
+    return range(nic, nic + 1)
+
+
+def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int, *,
+                 first_rank: int = 0) -> CommLayout:
+    """Layout of the communicator ``first_rank + k * stride`` (k < ``n_ranks``) on ``cluster``.
+
+    Parameters
+    ----------
+    cluster : ClusterConfig
+        The cluster (GPUs per node, NVLink domain, NICs, CPU).
+    gpu : GPUSpec
+        The GPU (compute capability, scale-up fabric and bandwidth, NVLS, PCIe).
+    n_ranks : int
+        Ranks in the communicator, >= 1.
+    stride : int
+        Distance between consecutive members' global ranks, >= 1.
+    first_rank : int, optional
+        Global rank of the first member (default 0).
+
+    Returns
+    -------
+    CommLayout
+        Nodes = scale-up domains spanned, ranks per node, NICs per node usable by the group.
+
+    Raises
+    ------
+    ConfigError
+        Non-positive sizes, a group that runs past the cluster's GPUs, or one whose ranks are spread
+        unevenly over the domains (NCCL's model assumes the same ranks on every node).
+    """
+    for name, v in (("n_ranks", n_ranks), ("stride", stride)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(name, "must be a positive integer", v)
+    if not isinstance(first_rank, int) or first_rank < 0:
+        raise ConfigError("first_rank", "must be a non-negative integer", first_rank)
+    last = first_rank + (n_ranks - 1) * stride
+    if last >= cluster.num_gpus:
+        raise ConfigError("n_ranks", f"group of {n_ranks} ranks with stride {stride} needs global rank {last}, "
+                                     f"beyond the cluster's {cluster.num_gpus} GPUs", n_ranks)
+    gpn = cluster.gpus_per_node
+    domain = max(cluster.nvlink_domain, gpn)
+    ranks_by_domain = defaultdict(list)
+    for k in range(n_ranks):
+        r = first_rank + k * stride
+        ranks_by_domain[r // domain].append(r)
+    counts = {len(v) for v in ranks_by_domain.values()}
+    if len(counts) != 1:
+        raise ConfigError("stride", "the group's ranks are spread unevenly over the NVLink domains",
+                          f"{n_ranks} ranks with stride {stride} from rank {first_rank}")
+    nics = min(len({(r // gpn, nic) for r in ranks for nic in closest_nics(r % gpn, gpn, cluster.nics_per_node)})
+               for ranks in ranks_by_domain.values())
+    return CommLayout(
+        n_ranks=n_ranks,
+        n_nodes=len(ranks_by_domain),
+        compute_capability=gpu.compute_capability,
+        scaleup_Bps=gpu.scaleup_Bps,
+        scaleup_links=gpu.scaleup_links,
+        vendor=gpu.vendor,
+        scaleup_kind=gpu.scaleup_kind,
+        nvls=gpu.nvls,
+        nics_per_node=nics,
+        nic_Bps=gbps_to_Bps(cluster.nic_gbps),
+        pcie_Bps=gpu.pcie_Bps,
+        cpu=cluster.cpu,
+    )

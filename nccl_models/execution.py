@@ -1,0 +1,166 @@
+"""Predicted execution time of a chosen (algorithm, protocol): NCCL's model plus what it leaves out.
+
+NCCL's own estimate ``lat + nBytes / bw`` (:func:`flowsim.nccl_models.tuning.nccl_time_s`) is built for
+ranking; it under-predicts mid-size times (research notes section 1.8, "Mid-size gap"). The predicted
+time adds three things:
+
+1. **Pipeline fill**, derived from NCCL's chunking (``src/enqueue.cc`` ``calcCollChunking``): data moves
+   through the ring (or the tree/chain) in slices; the first slice must cross a hop before the pipeline
+   streams, so one slice time at the per-channel rate is added:
+   ``fill = slice_bytes / (bus bandwidth / channels)``. The slice shrinks with the message exactly as
+   NCCL's chunk does (Simple ring: ``min(2 MiB, nBytes / (channels * nRanks))`` chunks of 2 slices).
+   No fitted constant. NVLS: ``NVLS_FILL_CHUNKS`` chunks of NCCL's 128/64/32/16 KiB chunk ladder (fitted).
+2. **NVLS per-chunk cost** ``NVLS_CHUNK_OVERHEAD_S`` for the extra chunks of a shrunk NVLS chunk (fitted).
+3. **Achieved-bandwidth efficiencies** where NCCL's bandwidth is known to be only a ranking figure,
+   each calibrated on nccl-tests / rccl-tests measurements (collective measurements only, large sizes
+   only, one constant per fitted number; see the constants below and docs/NCCL.md).
+"""
+from __future__ import annotations
+
+from flowsim.nccl_models.constants import (
+    BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_STEP_DATA_BYTES, NVLS_CHUNK_BYTES, RING_CHUNK_STEPS,
+    RING_SLICE_STEPS, SIMPLE_STEP_BYTES, Algo, Coll, Proto,
+)
+from flowsim.nccl_models.layout import CommLayout
+from flowsim.nccl_models.tuning import CostModel, n_steps, nccl_time_s
+from flowsim.units import KiB
+
+RCCL_XGMI_BW_EFFICIENCY = 0.745
+"""Achieved / NCCL-formula bandwidth for RCCL on an xGMI mesh (dimensionless). Fitted on rccl-tests
+AllReduce, 1 node, sizes >= 4 GiB: MI300X 315.7 GB/s busbw against 439.3 GB/s from the formulas with
+448 GB/s xGMI (ratio 0.719), MI355X 406.8 against 527.0 with 537.6 GB/s (0.772); geometric mean 0.745.
+Files: mi300x_mi325x_rccl_allreduce_1to8nodes_hisohara.txt (dataset A), mi355x_8gpu_rccl_allreduce_alltoall_oci.txt."""
+
+NET_BW_EFFICIENCY = 0.90
+"""Achieved / NCCL-formula bandwidth when a collective crosses the network (dimensionless). Fitted on
+the multi-node nccl-tests/rccl-tests AllReduce rows >= 4 GiB: GCP A3 Mega 2x8 H100 NVLSTree 338.8 against
+383.4 GB/s (0.884); MI300X 2x8 357.5 against 413.5 (0.865); MI325X Ring 2/4/8 nodes 350.2/350.6/350.8
+against 382.7/381.4/378.7 (0.915/0.919/0.926); geometric mean 0.90."""
+
+ALLTOALL_NET_EFFICIENCY = 0.80
+"""Achieved fraction of the NICs' bandwidth in AllToAll across nodes (dimensionless). Fitted on
+h100_16gpu_2node_alltoall_xxrjun.txt, sizes >= 4 GiB: algbw 79-80 GB/s per rank where half the bytes
+cross 8 NICs per node at an assumed 400 Gb/s (100 GB/s per rank): 0.80. The NIC speed of that cluster is
+not stated in the log; the assumption is documented in docs/NCCL.md."""
+
+SENDRECV_NET_EFFICIENCY = 0.58
+"""Achieved fraction of one NIC's bandwidth for one send/recv pair across nodes (dimensionless). Fitted
+on the sendrecv section of h100_16gpu_2node_alltoall_xxrjun.txt, sizes >= 4 GiB: 29.0 GB/s against an
+assumed 400 Gb/s NIC (50 GB/s): 0.58 (NCCL drives one peer over few channels with 128 KiB chunks)."""
+
+NVLS_FILL_CHUNKS = 11.0
+"""NVLS pipeline depth in chunks (dimensionless): the fill time is this many chunks at the per-channel
+bandwidth. Fitted on h100_8gpu_allreduce_nvls_together.txt (sizes >= 4 MiB, where the -g 8 launch floor
+no longer dominates): a straight line of time vs size inside each chunk-size band (32, 64, 128 KiB) has
+an intercept of NCCL's 25 us plus 10.8-11.4 chunk times; checked on h200_8gpu_allreduce_nvls_azure_ndh200v5.txt
+(4 % median busbw error >= 1 MiB). 11 chunks is about NCCL_STEPS (8) buffer slots plus the 3 warp-group stages
+(scatter, reduce, broadcast) of the NVLS kernel [interpretation, not from NCCL]."""
+
+NVLS_CHUNK_OVERHEAD_S = 0.71e-6
+"""Fixed cost of one NVLS chunk on one channel, seconds. Fitted with NVLS_FILL_CHUNKS on the same file:
+the slope of time vs size in each chunk-size band gives 168 / 218 / 257 / 275 GB/s algbw for 16 / 32 /
+64 / 128 KiB chunks, i.e. 1/bw = 1/B + t / (16 channels x chunk) with t = 0.71 us."""
+
+# NVLS chunk ladder (NCCL 2.30.7 enqueue.cc calcCollChunking): the 128 KiB chunk shrinks to 64 / 32 /
+# 16 KiB when nBytes < 64 / 8 / 2 x (channels x heads x chunk).
+_NVLS_SHRINK = ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB))
+
+
+def bw_efficiency(layout: CommLayout) -> float:
+    """Calibrated achieved / formula bandwidth for a communicator (dimensionless, <= 1)."""
+    eff = 1.0
+    if layout.vendor == "amd" and layout.scaleup_kind == "xgmi_mesh" and layout.n_nodes == 1:
+        eff *= RCCL_XGMI_BW_EFFICIENCY
+    if layout.n_nodes > 1:
+        eff *= NET_BW_EFFICIENCY
+    return eff
+
+
+def nvls_chunk_bytes(n_bytes: float, concurrent_ops: int) -> float:
+    """NVLS chunk size NCCL uses for ``n_bytes`` with ``concurrent_ops = channels x heads``, bytes."""
+    chunk = NVLS_CHUNK_BYTES
+    for mult, smaller in _NVLS_SHRINK:
+        if n_bytes < mult * concurrent_ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def pipeline_fill_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_bytes: float,
+                    algbw_Bps: float) -> float:
+    """Time for the pipeline to fill before it streams, seconds.
+
+    Parameters
+    ----------
+    model : CostModel
+        NCCL's table for the collective.
+    layout : CommLayout
+        The communicator.
+    a, p : Algo, Proto
+        The algorithm and protocol that run.
+    n_bytes : float
+        NCCL's byte count (total buffer for AllGather/ReduceScatter), > 0.
+    algbw_Bps : float
+        Achieved algorithm bandwidth of (a, p), bytes/s.
+
+    Returns
+    -------
+    float
+        Ring, Tree, PAT: one slice at the per-channel bus bandwidth; Broadcast/Reduce chains: ``n - 2``
+        chunks (the chain's depth); derived, no fitted constant.
+        NVLS, NVLSTree: ``NVLS_FILL_CHUNKS`` chunks at the per-channel bandwidth.
+    """
+    g = model.graphs
+    n = layout.n_ranks
+    coll = model.coll
+    if a in (Algo.NVLS, Algo.NVLS_TREE):
+        channels = g.nvls_exec_channels
+        chunk = nvls_chunk_bytes(n_bytes, channels * g.nvls.n_channels)
+        return NVLS_FILL_CHUNKS * chunk / (algbw_Bps / channels)
+    channels = g.exec_channels
+    chain = coll in (Coll.BROADCAST, Coll.REDUCE)
+    if p == Proto.SIMPLE and chain:
+        chunk_max, slice_frac = BCAST_CHUNK_STEPS * SIMPLE_STEP_BYTES, 1.0
+    elif p == Proto.SIMPLE:
+        chunk_max, slice_frac = RING_CHUNK_STEPS * SIMPLE_STEP_BYTES, RING_SLICE_STEPS / RING_CHUNK_STEPS
+    elif p == Proto.LL128:
+        chunk_max, slice_frac = LL128_STEP_DATA_BYTES, 1.0
+    else:
+        chunk_max, slice_frac = LL_STEP_DATA_BYTES, 1.0
+    if a == Algo.RING and not chain:
+        per_step = n_bytes / (channels * n)
+        bus_Bps = algbw_Bps * n_steps(coll, n) / n
+        hops = 1  # every rank works from the first step; only the first slice of a step must arrive
+    else:  # chain/tree pipelines carry the whole per-channel buffer
+        per_step = n_bytes / channels
+        bus_Bps = algbw_Bps
+        # Broadcast/Reduce chain: k chunks reach the last of n ranks after k + n - 2 chunk times.
+        hops = max(n - 2, 1) if chain else 1
+    slice_bytes = min(chunk_max, per_step) * slice_frac
+    return hops * slice_bytes / (bus_Bps / channels)
+
+
+def nvls_chunk_overhead_s(model: CostModel, n_bytes: float) -> float:
+    """Extra time of NVLS chunks smaller than the default 128 KiB, seconds.
+
+    Each chunk a channel handles costs ``NVLS_CHUNK_OVERHEAD_S`` besides its bytes; NCCL's NVLS
+    bandwidth is the rate at the default 128 KiB chunk, so only the additional chunks of a shrunk
+    chunk size (64/32/16 KiB, :func:`nvls_chunk_bytes`) add time:
+    ``n_bytes / channels * (1 / chunk - 1 / 128 KiB) * NVLS_CHUNK_OVERHEAD_S``.
+    """
+    g = model.graphs
+    channels = g.nvls_exec_channels
+    chunk = nvls_chunk_bytes(n_bytes, channels * g.nvls.n_channels)
+    return n_bytes / channels * (1.0 / chunk - 1.0 / NVLS_CHUNK_BYTES) * NVLS_CHUNK_OVERHEAD_S
+
+
+def exec_time_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_bytes: float) -> float:
+    """Predicted time of one (a, p) collective of ``n_bytes``, seconds.
+
+    ``NCCL time with the calibrated bandwidth`` + ``pipeline fill`` (module docstring).
+    """
+    eff = bw_efficiency(layout)
+    t = nccl_time_s(model, layout, a, p, n_bytes, bw_scale=eff)
+    t += pipeline_fill_s(model, layout, a, p, n_bytes, model.algbw_Bps[a, p] * eff)
+    if a in (Algo.NVLS, Algo.NVLS_TREE):
+        t += nvls_chunk_overhead_s(model, n_bytes)
+    return t

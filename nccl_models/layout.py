@@ -1,0 +1,100 @@
+"""The communicator description the NCCL model works on: ranks, nodes, fabric and NICs, in SI units."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from flowsim.errors import ConfigError
+
+VENDORS = ("nvidia", "amd")
+SCALEUP_KINDS = ("nvswitch", "xgmi_mesh", "nvlink_bridge", "pcie")
+CPUS = ("intel", "amd", "arm")
+
+
+@dataclass(frozen=True)
+class CommLayout:
+    """One communicator as NCCL sees it.
+
+    A "node" here is what NCCL calls a node: a set of ranks that reach each other over the scale-up
+    fabric (one HGX host, or a whole NVL72 rack with multi-node NVLink). Ranks of different nodes talk
+    over the network. Ranks are spread evenly: every node holds ``n_ranks / n_nodes`` of them.
+
+    Attributes
+    ----------
+    n_ranks : int
+        Ranks in the communicator, >= 1.
+    n_nodes : int
+        Scale-up domains the ranks span, >= 1; must divide ``n_ranks``.
+    compute_capability : int
+        CUDA compute capability x10 (70, 80, 90, 100); for AMD the gfx number (94 MI300X, 95 MI355X).
+    vendor : str
+        ``nvidia`` (NCCL) or ``amd`` (RCCL, modelled with NCCL's formulas; see docs/NCCL.md).
+    scaleup_kind : str
+        Intra-node fabric: ``nvswitch``, ``xgmi_mesh``, ``nvlink_bridge`` or ``pcie``.
+    scaleup_Bps : float
+        Scale-up bandwidth of one GPU, bytes/s per direction (datasheet); ignored for ``pcie``.
+    scaleup_links : int
+        Scale-up links per GPU (NVLink links or xGMI peers); NCCL prices NVLink per link.
+    nvls : bool
+        NVLink SHARP (NVSwitch multicast/reduction) available.
+    nics_per_node : int
+        Network NICs the communicator's ranks can use on each node (0 when ``n_nodes == 1``).
+    nic_Bps : float
+        Bandwidth of one NIC, bytes/s per direction.
+    pcie_Bps : float
+        GPU host PCIe bandwidth, bytes/s per direction (nominal, e.g. 64e9 for Gen5 x16).
+    cpu : str
+        Host CPU family: ``intel``, ``amd`` or ``arm`` (NCCL's LL cap and network overhead depend on it).
+    """
+
+    n_ranks: int
+    n_nodes: int
+    compute_capability: int
+    scaleup_Bps: float
+    scaleup_links: int
+    vendor: str = "nvidia"
+    scaleup_kind: str = "nvswitch"
+    nvls: bool = False
+    nics_per_node: int = 0
+    nic_Bps: float = 0.0
+    pcie_Bps: float = 64e9
+    cpu: str = "intel"
+
+    def __post_init__(self):
+        for name in ("n_ranks", "n_nodes", "compute_capability"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(name, "must be a positive integer", v)
+        if self.n_ranks % self.n_nodes:
+            raise ConfigError("n_nodes", "must divide n_ranks (same ranks on every node)",
+                              f"{self.n_ranks} ranks on {self.n_nodes} nodes")
+        if self.vendor not in VENDORS:
+            raise ConfigError("vendor", f"must be one of {', '.join(VENDORS)}", self.vendor)
+        if self.scaleup_kind not in SCALEUP_KINDS:
+            raise ConfigError("scaleup_kind", f"must be one of {', '.join(SCALEUP_KINDS)}", self.scaleup_kind)
+        if self.cpu not in CPUS:
+            raise ConfigError("cpu", f"must be one of {', '.join(CPUS)}", self.cpu)
+        if self.scaleup_kind != "pcie":
+            if not self.scaleup_Bps > 0:
+                raise ConfigError("scaleup_Bps", f"must be > 0 for a {self.scaleup_kind} fabric", self.scaleup_Bps)
+            if not isinstance(self.scaleup_links, int) or self.scaleup_links < 1:
+                raise ConfigError("scaleup_links", f"must be a positive integer for a {self.scaleup_kind} fabric",
+                                  self.scaleup_links)
+        if not self.pcie_Bps > 0:
+            raise ConfigError("pcie_Bps", "must be > 0", self.pcie_Bps)
+        if self.n_nodes > 1:
+            if not isinstance(self.nics_per_node, int) or self.nics_per_node < 1:
+                raise ConfigError("nics_per_node", "must be >= 1 when the communicator spans several nodes",
+                                  self.nics_per_node)
+            if not self.nic_Bps > 0:
+                raise ConfigError("nic_Bps", "must be > 0 when the communicator spans several nodes", self.nic_Bps)
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks of the communicator on each node (NCCL's ``ppn``)."""
+        return self.n_ranks // self.n_nodes
+
+    def to_dict(self) -> dict:
+        """Field mapping (units in the names), plus ``ranks_per_node``."""
+        d = asdict(self)
+        d["ranks_per_node"] = self.ranks_per_node
+        return d

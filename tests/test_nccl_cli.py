@@ -1,0 +1,103 @@
+"""``flowsim collective`` and ``flowsim validate-nccl`` through click's CliRunner."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from flowsim.cli import main
+from flowsim.cli.collective import parse_sizes
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_collective_table_in_nccl_tests_layout():
+    r = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1M:2M")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[1].split()[:4] == ["size", "(B)", "count", "(elements)"]
+    assert "busbw (GB/s)" in lines[1]
+    # one H100 node: Ring/LL at 1 MiB, NVLS/Simple at 2 MiB; count = 1 MiB / 4 B
+    assert lines[3].split()[:3] == ["1048576", "262144", "float"] and lines[3].split()[-2:] == ["Ring", "LL"]
+    assert lines[4].split()[-2:] == ["NVLS", "Simple"]
+
+
+def test_collective_json_and_per_rank_count():
+    r = run("collective", "--op", "allgather", "--cluster", "dgx-h100", "--nodes", "2", "--sizes", "64M", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    row = out["rows"][0]
+    assert out["layout"]["n_ranks"] == 16 and out["layout"]["n_nodes"] == 2
+    assert row["count"] == 64 * 2**20 // (4 * 16)  # nccl-tests: per-rank count for allgather
+    assert row["busbw_Bps"] == pytest.approx(row["algbw_Bps"] * 15 / 16)
+
+
+def test_collective_explain_prints_cost_table():
+    r = run("collective", "--op", "allreduce", "--cluster", "dgx-a100", "--sizes", "1M", "--explain")
+    assert r.exit_code == 0, r.output
+    assert "cost table for 1048576 B" in r.output
+    assert "NVLS needs NVSwitch with NVLink SHARP and SM >= 90" in r.output
+
+
+def test_collective_overrides_and_cluster_options():
+    r = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "2", "--nic-gbps", "200",
+            "--algo", "ring", "--proto", "simple", "--sizes", "1G", "--json")
+    row = json.loads(r.output)["rows"][0]
+    assert (row["algo"], row["proto"]) == ("Ring", "Simple")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--op", "allreduce", "--cluster", "dgx-a100", "--algo", "nvls", "--sizes", "1M"],
+     "Error: algo: cannot run allreduce on 8 ranks over 1 node(s) with this override (NVLS: NVLS needs NVSwitch"),
+    (["--op", "allgather", "--cluster", "dgx-h100", "--nodes", "2", "--algo", "pat", "--sizes", "1M"],
+     "PAT: PAT needs one rank per node"),
+    (["--op", "allreduce", "--cluster", "dgx-h100", "--algo", "rings", "--sizes", "1M"],
+     "Error: algo: unknown algorithm 'rings'"),
+    (["--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "0"], "Error: --sizes: sizes must be > 0 (got 0)"),
+    (["--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8G:1G"], "Error: --sizes: MIN must not exceed MAX"),
+    (["--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1T"], "Error: --sizes: sizes are integers"),
+    (["--op", "allreduce", "--cluster", "dgx-z"], "Error: cluster: unknown preset"),
+    (["--op", "alltoall", "--cluster", "dgx-h100", "--explain"], "Error: --explain: alltoall is point-to-point"),
+])
+def test_collective_bad_input_is_one_line_exit_2(args, message):
+    r = run("collective", *args)
+    assert r.exit_code == 2
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_unknown_op_is_a_usage_error():
+    r = run("collective", "--op", "gather", "--cluster", "dgx-h100")
+    assert r.exit_code == 2 and "'gather' is not one of" in r.output
+
+
+def test_parse_sizes_doubles_with_binary_suffixes():
+    assert parse_sizes("8:64") == [8, 16, 32, 64]
+    assert parse_sizes("1K:4K") == [1024, 2048, 4096]
+    assert parse_sizes("8G") == [8 * 2**30]
+
+
+def test_validate_nccl_table_and_summary(shared_data):
+    log = shared_data / "nccl-tests" / "h100_8gpu_allreduce_ring_together.txt"
+    r = run("validate-nccl", str(log), "--cluster", "dgx-h100", "--algo", "ring")
+    assert r.exit_code == 0, r.output
+    assert "busbw error %" in r.output
+    assert "sizes >= 1 MiB: 14 rows, median |busbw error|" in r.output
+
+
+def test_validate_nccl_json(shared_data):
+    log = shared_data / "nccl-tests" / "mi300x_mi325x_rccl_allreduce_1to8nodes_hisohara.txt"
+    r = run("validate-nccl", str(log), "--cluster", "dgx-h100", "--gpu", "mi300x", "--cpu", "amd", "--nodes", "2",
+            "--section", "3", "--algo", "ring", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["summary"]["n_large"] == 3 and out["summary"]["median_abs_error_large"] < 0.05
+    assert {row["section"] for row in out["rows"]} == {3}
+
+
+def test_validate_nccl_bad_log(tmp_path):
+    f = tmp_path / "empty.log"
+    f.write_text("# only comments\n")
+    r = run("validate-nccl", str(f), "--cluster", "dgx-h100", "--op", "allreduce")
+    assert r.exit_code == 2 and "Error: log: no nccl-tests result rows found" in r.output

@@ -1,0 +1,307 @@
+"""Reader of nccl-tests / rccl-tests output logs.
+
+Two row layouts are understood:
+
+* the nccl-tests table: ``size count type [redop] [root] time algbw busbw #wrong time algbw busbw [#wrong]``
+  (out-of-place first, then in-place; time in microseconds, bandwidths in GB/s = 1e9 bytes/s;
+  ``#wrong`` may read ``N/A``);
+* the "size busbw" layout of published summaries (Azure AI-benchmarking-guide):
+  ``size busbw [time_us algbw]`` where only busbw is measured; the time is derived from it.
+
+A file may hold several sections (runs): a run of comment lines after result rows starts a new section.
+The collective of a section comes from its comment lines (``alltoall_perf``, ``all_reduce`` ...), else
+from the file header, else from the ``op`` argument. Rows that cannot be read are skipped and listed with
+their line numbers.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from flowsim.errors import ConfigError
+from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, busbw_factor, predict
+from flowsim.units import GB, US, MiB
+
+# Order matters: the longer names first ("reduce_scatter" before "reduce").
+_OP_PATTERNS = (
+    ("allreduce", re.compile(r"all_?reduce", re.I)),
+    ("allgather", re.compile(r"all_?gather", re.I)),
+    ("reducescatter", re.compile(r"reduce_?scatter", re.I)),
+    ("alltoall", re.compile(r"all_?to_?all", re.I)),
+    ("sendrecv", re.compile(r"send_?recv", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("reduce", re.compile(r"\breduce_perf", re.I)),
+)
+_DTYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16",
+           "fp8_e4m3", "fp8_e5m2", "f8e4m3", "f8e5m2", "char", "int", "float16", "float32", "float64"}
+_COLUMN_HEADER = re.compile(r"\bsize\b.*\b(count|busbw)|^\(B\)", re.I)
+COLUMNS = ["section", "section_title", "line", "op", "size_bytes", "count", "dtype", "time_s", "algbw_Bps",
+           "busbw_Bps", "time_inplace_s", "algbw_inplace_Bps", "busbw_inplace_Bps", "time_derived"]
+
+
+@dataclass(frozen=True)
+class NcclTestsLog:
+    """A parsed log.
+
+    Attributes
+    ----------
+    frame : pandas.DataFrame
+        One row per result line, columns :data:`COLUMNS`: ``time_s`` (seconds), ``algbw_Bps`` and
+        ``busbw_Bps`` (bytes/s) of the out-of-place run, the same for the in-place run (NaN when absent),
+        ``size_bytes`` in nccl-tests' convention (total buffer for AllGather/ReduceScatter/AllToAll),
+        ``time_derived`` true when the log published busbw only and the time is computed from it.
+    skipped : tuple[tuple[int, str], ...]
+        (line number, reason) of every non-comment line that could not be read.
+    path : str
+        The file read.
+    """
+
+    frame: pd.DataFrame
+    skipped: tuple
+    path: str
+
+
+def _detect_op(texts) -> str | None:
+    for text in texts:
+        for op, pat in _OP_PATTERNS:
+            if pat.search(text):
+                return op
+    return None
+
+
+def _num(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def _parse_table_row(toks: list[str]):
+    """nccl-tests row -> (size, count, dtype, oop (t, algbw, busbw), ip (t, algbw, busbw)) or a reason."""
+    if len(toks) < 9:
+        return "too few columns for an nccl-tests row"
+    size, count = _num(toks[0]), _num(toks[1])
+    if size is None or count is None or toks[2].lower() not in _DTYPES:
+        return "expected 'size count type ...'"
+    rest = toks[3:]
+    if _num(rest[0]) is None and rest[0].upper() != "N/A":
+        rest = rest[1:]  # redop
+    if len(rest) in (8, 9):  # root present
+        rest = rest[1:]
+    if len(rest) not in (7, 8):
+        return f"expected 7 or 8 result columns after the type, found {len(rest)}"
+    vals = [_num(t) for t in (rest[0], rest[1], rest[2], rest[4], rest[5], rest[6])]
+    if any(v is None for v in vals):
+        return "non-numeric time or bandwidth"
+    t0, a0, b0, t1, a1, b1 = vals
+    return int(size), int(count), toks[2], (t0 * US, a0 * GB, b0 * GB), (t1 * US, a1 * GB, b1 * GB)
+
+
+def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None = None) -> NcclTestsLog:
+    """Parse an nccl-tests or rccl-tests output file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The log file.
+    op : str, optional
+        Collective to assume where the log does not name one (one of :data:`OPS`).
+    n_ranks : int, optional
+        Ranks of the run; needed only to derive the time of "size busbw" rows of logs without a
+        derived-time column (time = size * busbw factor / busbw).
+
+    Returns
+    -------
+    NcclTestsLog
+        The rows as a DataFrame plus the skipped lines.
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``op``, a file that cannot be read, no result rows, or a section whose collective
+        cannot be told (``op`` not given).
+    """
+    if op is not None and op not in OPS:
+        raise ConfigError("op", f"must be one of {', '.join(OPS)}", op)
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise ConfigError("log", f"cannot read the file ({e.strerror})", str(path)) from None
+    header = []
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        header.append(line)
+    file_op = _detect_op(header) or op
+    rows, skipped = [], []
+    section, title, sec_op, comments, seen_data = 0, "", None, [], False
+    size_busbw_layout = any(re.search(r"size\S*\s+busbw", h) for h in header)
+    for no, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            if seen_data:
+                section += 1
+                seen_data = False
+                comments = []
+            comments.append(line.lstrip("#").strip())
+            continue
+        if not seen_data:  # the first row of a section: settle its title and collective
+            marked = [c for c in comments if c.startswith(("=====", "----"))]
+            plain = [c for c in comments if c and not _COLUMN_HEADER.search(c)]
+            title = (marked[0] if marked else (plain[-1] if plain else "")).strip("=- ")
+            sec_op = _detect_op(comments if section else [c for c in comments if "_perf" in c]) or file_op
+            if size_busbw_layout is False and comments:
+                size_busbw_layout = any(re.search(r"size\S*\s+busbw", c) for c in comments)
+            seen_data = True
+        toks = line.split()
+        if sec_op is None:
+            skipped.append((no, "collective unknown (pass op=)"))
+            continue
+        if size_busbw_layout and len(toks) in (2, 4) and all(_num(t) is not None for t in toks):
+            size, busbw = int(float(toks[0])), float(toks[1]) * GB
+            if len(toks) == 4:
+                t = float(toks[2]) * US
+            elif n_ranks:
+                t = size * busbw_factor(sec_op, n_ranks) / busbw if busbw > 0 else np.nan
+            else:
+                skipped.append((no, "size busbw row without a time column: pass n_ranks"))
+                continue
+            algbw = size / t if t > 0 else np.nan
+            rows.append((section, title, no, sec_op, size, np.nan, "", t, algbw, busbw,
+                         np.nan, np.nan, np.nan, True))
+            continue
+        parsed = _parse_table_row(toks)
+        if isinstance(parsed, str):
+            skipped.append((no, parsed))
+            continue
+        size, count, dtype, oop, ip = parsed
+        rows.append((section, title, no, sec_op, size, count, dtype, *oop, *ip, False))
+    if not rows:
+        raise ConfigError("log", "no nccl-tests result rows found", str(path))
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return NcclTestsLog(frame, tuple(skipped), str(path))
+
+
+
+@dataclass(frozen=True)
+class AccuracySummary:
+    """|busbw error| statistics of one comparison, split at 1 MiB.
+
+    Attributes
+    ----------
+    n_large, n_small : int
+        Rows with ``size_bytes >= 1 MiB`` and below.
+    median_abs_error_large, max_abs_error_large : float
+        Median and max of |busbw error| (fraction, 0.1 = 10 %) for sizes >= 1 MiB; NaN without rows.
+    median_abs_error_small, max_abs_error_small : float
+        The same below 1 MiB.
+    """
+
+    n_large: int
+    median_abs_error_large: float
+    max_abs_error_large: float
+    n_small: int
+    median_abs_error_small: float
+    max_abs_error_small: float
+
+    def to_dict(self) -> dict:
+        """Field mapping."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NcclComparison:
+    """Measured against predicted, per row of an nccl-tests log.
+
+    Attributes
+    ----------
+    rows : pandas.DataFrame
+        ``section``, ``line``, ``op``, ``size_bytes``, ``measured_time_s``, ``predicted_time_s``,
+        ``measured_busbw_Bps``, ``predicted_busbw_Bps``, ``busbw_error`` (predicted / measured busbw - 1,
+        computed from the times so that busbw printed as 0.00 still counts), ``algo``, ``proto``.
+    summary : AccuracySummary
+        Median and max |busbw error| above and below 1 MiB.
+    skipped : tuple[tuple[int, str], ...]
+        Unreadable lines of the log (line number, reason).
+    """
+
+    rows: pd.DataFrame
+    summary: AccuracySummary
+    skipped: tuple
+
+    def to_dict(self) -> dict:
+        """JSON-ready mapping: rows (records), summary, skipped."""
+        return {"rows": self.rows.to_dict(orient="records"), "summary": self.summary.to_dict(),
+                "skipped": [{"line": n, "reason": r} for n, r in self.skipped]}
+
+
+def summarize(sizes_bytes, busbw_error) -> AccuracySummary:
+    """Median / max |busbw error| for sizes >= 1 MiB and below.
+
+    Parameters
+    ----------
+    sizes_bytes : array-like of float
+        Sizes of the rows, bytes.
+    busbw_error : array-like of float
+        Signed busbw error of each row (fraction).
+
+    Returns
+    -------
+    AccuracySummary
+    """
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    err = np.abs(np.asarray(busbw_error, dtype=float))
+    large, small = err[sizes >= MiB], err[sizes < MiB]
+
+    def stats(x):
+        return (int(x.size), float(np.median(x)) if x.size else float("nan"),
+                float(x.max()) if x.size else float("nan"))
+
+    return AccuracySummary(*stats(large), *stats(small))
+
+
+def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | None = None,
+                       proto: str | None = None, sections=None) -> NcclComparison:
+    """Predict every row of ``log`` on ``layout`` and compare with the measurement.
+
+    Parameters
+    ----------
+    log : NcclTestsLog
+        A parsed log (:func:`read_nccl_tests`).
+    layout : CommLayout
+        The communicator the log was measured on.
+    algo, proto : str, optional
+        NCCL_ALGO / NCCL_PROTO overrides the run used (e.g. ``"ring"`` for a Ring-only run).
+    sections : iterable of int, optional
+        Sections of the log to compare (default all).
+
+    Returns
+    -------
+    NcclComparison
+        Rows with size 0 are left out (nccl-tests prints them with zero time).
+    """
+    df = log.frame[log.frame["size_bytes"] > 0]
+    if sections is not None:
+        wanted = set(sections)
+        unknown = wanted - set(df["section"])
+        if unknown:
+            raise ConfigError("section", f"not in the log (sections: {sorted(set(df['section']))})",
+                              sorted(unknown))
+        df = df[df["section"].isin(wanted)]
+    out = []
+    for row in df.itertuples(index=False):
+        est = predict(row.op, row.size_bytes, layout, algo=None if row.op in P2P_OPS else algo,
+                      proto=None if row.op in P2P_OPS else proto)
+        factor = busbw_factor(row.op, layout.n_ranks)
+        out.append((row.section, row.line, row.op, row.size_bytes, row.time_s, est.time_s,
+                    row.size_bytes * factor / row.time_s, est.busbw_Bps, row.time_s / est.time_s - 1.0,
+                    est.algo, est.proto))
+    rows = pd.DataFrame(out, columns=["section", "line", "op", "size_bytes", "measured_time_s", "predicted_time_s",
+                                      "measured_busbw_Bps", "predicted_busbw_Bps", "busbw_error", "algo", "proto"])
+    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), log.skipped)
