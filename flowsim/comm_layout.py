@@ -48,6 +48,25 @@ def closest_nics(local_gpu: int, gpus_per_node: int, nics_per_node: int) -> rang
     return range(nic, nic + 1)
 
 
+def job_domain_size(cluster: ClusterConfig) -> int:
+    """GPUs of the job in each scale-up (NVLink) domain it uses.
+
+    A job that does not fill whole domains is spread evenly over the fewest domains that hold it, in whole
+    hosts: 128 GPUs on NVL72 racks (18 trays of 4) run as 2 racks of 64, as schedulers place such jobs.
+    """
+    gpn = cluster.gpus_per_node
+    domain = max(cluster.nvlink_domain, gpn)
+    n = cluster.num_gpus
+    if n <= domain:
+        return n
+    domains = -(-n // domain)
+    per = n // domains
+    if n % domains or per % gpn:
+        raise ConfigError("num_gpus", f"must spread evenly over whole hosts of {domains} NVLink domains of "
+                                      f"{domain} GPUs", n)
+    return per
+
+
 def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int, *,
                  first_rank: int = 0) -> CommLayout:
     """Layout of the communicator ``first_rank + k * stride`` (k < ``n_ranks``) on ``cluster``.
@@ -86,7 +105,7 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         raise ConfigError("n_ranks", f"group of {n_ranks} ranks with stride {stride} needs global rank {last}, "
                                      f"beyond the cluster's {cluster.num_gpus} GPUs", n_ranks)
     gpn = cluster.gpus_per_node
-    domain = max(cluster.nvlink_domain, gpn)
+    domain = job_domain_size(cluster)
     ranks_by_domain = defaultdict(list)
     for k in range(n_ranks):
         r = first_rank + k * stride

@@ -66,3 +66,16 @@ def test_first_rank_offsets_the_group():
 def test_bad_groups(args, message):
     with pytest.raises(ConfigError, match=message):
         group_layout(DGX, H100, *args)
+
+
+def test_job_spreads_evenly_over_nvl72_racks():
+    from flowsim.comm_layout import job_domain_size
+    from flowsim.config import ClusterConfig
+
+    rack = dict(gpu="gb200", gpus_per_node=4, nvlink_domain=72, nics_per_node=4)
+    # 128 GPUs do not fill two 72-GPU racks: they run as 2 racks of 64 (16 trays each)
+    assert job_domain_size(ClusterConfig(num_gpus=128, **rack)) == 64
+    assert job_domain_size(ClusterConfig(num_gpus=64, **rack)) == 64
+    assert job_domain_size(ClusterConfig(num_gpus=144, **rack)) == 72
+    with pytest.raises(ConfigError, match="^num_gpus: must spread evenly over whole hosts of 2 NVLink domains"):
+        job_domain_size(ClusterConfig(num_gpus=132, **rack))
