@@ -31,6 +31,9 @@ from flowsim.schedule import simulate_pipeline
 from flowsim.workload import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
 
+# Transformer Engine userbuffers (TP comm overlap) run their pipelined reduce-scatter kernels on 16 SMs
+# (``num_sm=16`` default of ``add_ub`` in transformer_engine/pytorch/module/base.py ``initialize_ub``).
+TP_OVERLAP_SMS = 16
 GRAD_REDUCE_BYTES = 4   # Megatron-LM reduces fp32 gradients (accumulate_allreduce_grads_in_fp32 with bf16)
 PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weights
 
@@ -67,10 +70,29 @@ class _Comms:
         self.choices[key] = (est, (prev[1] if prev else 0) + count_per_step)
         return est.time_s
 
+    def ctas(self, group: str, op: str, size_bytes: float) -> int:
+        """SMs the collective occupies while it runs (one CTA per NCCL channel); call after ``time``."""
+        est = self._cache.get((group, op, float(size_bytes)))
+        return est.n_ctas if est is not None else 0
+
+
+def overlapped_s(compute_s: float, comm_s: float, comm_sms: int, sm_count: int) -> float:
+    """Wall time of compute and a communication kernel that start together on one GPU, seconds.
+
+    While the communication runs it holds ``comm_sms`` of the ``sm_count`` SMs, so compute progresses at
+    ``r = 1 - comm_sms / sm_count`` of its speed: if the communication outlasts the slowed compute the pair
+    takes ``comm_s``, else ``compute_s + comm_s * (1 - r)``. Memory-bandwidth sharing is not modelled.
+    """
+    r = max(1.0 - comm_sms / sm_count, 0.0)
+    if r == 0.0 or comm_s >= compute_s / r:
+        return max(comm_s, compute_s) if r else compute_s + comm_s
+    return compute_s + comm_s * (1.0 - r)
+
 
 def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig, count: int) -> dict:
     """Per-phase compute and exposed-communication seconds of one block for one micro-batch."""
     c = opset.compute
+    sm = comms.gpu.sm_count
     per = t_ops * c["count"].to_numpy()
     phase = c["phase"].to_numpy()
     kind = c["kind"].to_numpy()
@@ -85,21 +107,25 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
         dgrad = float(per[sel & is_dgrad].sum())
         attn = float(per[sel & is_attn].sum())
         tp_blocking = tp_dgrad = cp_total = 0.0
+        dgrad_sms = cp_sms = 0
         for r in opset.comms:
             if r.phase != ph:
                 continue
             dt = comms.time(r.group, r.op, r.size_bytes, r.count * count) * r.count
             if r.group == "cp":
                 cp_total += dt
+                cp_sms = max(cp_sms, comms.ctas(r.group, r.op, r.size_bytes))
             elif r.overlap == "dgrad":
                 tp_dgrad += dt
+                dgrad_sms = max(dgrad_sms, comms.ctas(r.group, r.op, r.size_bytes))
             else:
                 tp_blocking += dt
-        tp_exposed = tp_blocking + max(0.0, tp_dgrad - dgrad)
         if cfg.training.tp_comm_overlap:
-            tp_exposed = max(0.0, tp_blocking + tp_dgrad - gemm)
+            tp_exposed = overlapped_s(gemm, tp_blocking + tp_dgrad, TP_OVERLAP_SMS, sm) - gemm
+        else:
+            tp_exposed = tp_blocking + overlapped_s(dgrad, tp_dgrad, dgrad_sms, sm) - dgrad
         out[f"tp_{ph}"] = tp_exposed
-        out[f"cp_{ph}"] = max(0.0, cp_total - attn)
+        out[f"cp_{ph}"] = overlapped_s(attn, cp_total, cp_sms, sm) - attn
     return out
 
 
@@ -115,13 +141,19 @@ def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
 
 def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters,
-    prefetched one layer ahead so that each hides behind the neighbouring layer's compute."""
+    prefetched one layer ahead so that each runs beside the neighbouring layer's compute (which it slows,
+    see :func:`overlapped_s`). Returns the extra forward and backward seconds per layer and the first
+    layer's gather, which nothing hides."""
     t = cfg.training
     per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
     m = cfg.num_microbatches
-    ag = comms.time("dp", "allgather", per_layer_params * PARAM_GATHER_BYTES, 2 * m)
-    rs = comms.time("dp", "reducescatter", per_layer_params * GRAD_REDUCE_BYTES, m)
-    return max(0.0, ag - layer_fwd_s), max(0.0, ag + rs - layer_bwd_s), ag
+    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * GRAD_REDUCE_BYTES
+    ag = comms.time("dp", "allgather", ag_bytes, 2 * m)
+    rs = comms.time("dp", "reducescatter", rs_bytes, m)
+    sms = max(comms.ctas("dp", "allgather", ag_bytes), comms.ctas("dp", "reducescatter", rs_bytes))
+    sm = comms.gpu.sm_count
+    return (overlapped_s(layer_fwd_s, ag, sms, sm) - layer_fwd_s,
+            overlapped_s(layer_bwd_s, ag + rs, sms, sm) - layer_bwd_s, ag)
 
 
 def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
@@ -155,10 +187,18 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
         grad_exposed = max(0.0, clock - end)
     else:
         grad_exposed = n_buckets * per_bucket
+    # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
+    share = comms.ctas("dp", op, grad_bytes / n_buckets) / comms.gpu.sm_count
+    grad_exposed += (n_buckets * per_bucket - grad_exposed) * share
     gather_exposed = 0.0
     if zero >= 1:
-        per_gather = comms.time("dp", "allgather", params * PARAM_GATHER_BYTES / n_buckets, n_buckets)
-        gather_exposed = per_gather if t.overlap_param_gather else n_buckets * per_gather
+        gather_bytes = params * PARAM_GATHER_BYTES / n_buckets
+        per_gather = comms.time("dp", "allgather", gather_bytes, n_buckets)
+        if t.overlap_param_gather:
+            share = comms.ctas("dp", "allgather", gather_bytes) / comms.gpu.sm_count
+            gather_exposed = per_gather + (n_buckets - 1) * per_gather * share
+        else:
+            gather_exposed = n_buckets * per_gather
     return grad_exposed, gather_exposed
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from flowsim.errors import ConfigError
 from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo, Coll, Proto
 from flowsim.nccl_models.execution import exec_time_s
+from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.overrides import parse_override
 from flowsim.nccl_models.p2p import alltoall_time_s, sendrecv_time_s
@@ -78,6 +79,11 @@ class CollectiveEstimate:
         Predicted time of the runner-up, seconds.
     runner_up_reason : str or None
         Why there is no runner-up, when there is none.
+    n_ctas : int
+        Thread blocks the collective kernel launches, one per channel (NCCL ``src/enqueue.cc``: the grid
+        has one CTA per channel); each holds one SM for the collective's duration, which compute kernels
+        running at the same time cannot use. Point-to-point ops use the communicator's channels
+        (``p2pnChannels`` = ``nChannels`` with the default NCCL_MAX_P2P_NCHANNELS, ``src/init.cc``).
     """
 
     op: str
@@ -93,6 +99,7 @@ class CollectiveEstimate:
     runner_up_proto: str | None
     runner_up_time_s: float | None
     runner_up_reason: str | None = None
+    n_ctas: int = 0
 
     def to_dict(self) -> dict:
         """Field mapping with units in the key names (what ``--json`` prints)."""
@@ -182,7 +189,8 @@ def predict(op: str, size_bytes: float, layout: CommLayout, *, algo: str | None 
             return _single_rank(op, size)
         t = alltoall_time_s(layout, size) if op == "alltoall" else sendrecv_time_s(layout, size)
         return CollectiveEstimate(op, size, n, t, "P2P", "Simple", size / t, size / t * factor, t,
-                                  None, None, None, "point-to-point: NCCL has no algorithm choice")
+                                  None, None, None, "point-to-point: NCCL has no algorithm choice",
+                                  graphs_of(layout).exec_channels)
     if n == 1:
         return _single_rank(op, size)
     model, entries = _candidates(op, layout, algo, proto)
@@ -194,8 +202,10 @@ def predict(op: str, size_bytes: float, layout: CommLayout, *, algo: str | None 
         runner = (ALGO_NAMES[ra], PROTO_NAMES[rp], exec_time_s(model, layout, ra, rp, size), None)
     else:
         runner = (None, None, None, "no other algorithm/protocol is allowed and available")
+    g = model.graphs
+    ctas = g.nvls_exec_channels if a in (Algo.NVLS, Algo.NVLS_TREE) else g.exec_channels
     return CollectiveEstimate(op, size, n, t, ALGO_NAMES[a], PROTO_NAMES[p], size / t, size / t * factor,
-                              nccl_time_s(model, layout, a, p, size), *runner)
+                              nccl_time_s(model, layout, a, p, size), *runner, n_ctas=ctas)
 
 
 def _single_rank(op: str, size: float) -> CollectiveEstimate:
