@@ -14,6 +14,7 @@ context-parallel ranks together, as Megatron-LM does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Mapping
 
@@ -36,6 +37,12 @@ from flowsim.workload import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, OpSet, 
 TP_OVERLAP_SMS = 16
 GRAD_REDUCE_BYTES = 4   # Megatron-LM reduces fp32 gradients (accumulate_allreduce_grads_in_fp32 with bf16)
 PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weights
+
+
+# Layouts and collective estimates depend only on their (hashable, frozen) inputs: sweeps over many
+# configurations reuse them.
+_group_layout = functools.lru_cache(maxsize=4096)(group_layout)
+_predict = functools.lru_cache(maxsize=65536)(predict)
 
 
 class _Comms:
@@ -62,9 +69,8 @@ class _Comms:
         key = (group, op, float(size_bytes))
         if key not in self._cache:
             if group not in self._layouts:
-                self._layouts[group] = group_layout(self.cfg.cluster, self.gpu, n, stride)
-            est = predict(op, float(size_bytes), self._layouts[group])
-            self._cache[key] = est
+                self._layouts[group] = _group_layout(self.cfg.cluster, self.gpu, n, stride)
+            self._cache[key] = _predict(op, float(size_bytes), self._layouts[group])
         est = self._cache[key]
         prev = self.choices.get(key)
         self.choices[key] = (est, (prev[1] if prev else 0) + count_per_step)
