@@ -115,6 +115,14 @@ def test_cli_table_and_json():
     assert rec["peak_flop_per_s"]["bf16"] == pytest.approx(1307.4e12) and rec["sources"]
 
 
+def test_cli_shows_a_user_spec_file(tmp_path):
+    from flowsim.cli import main
+
+    res = CliRunner().invoke(main, ["gpus", str(_user_spec(tmp_path))])
+    assert res.exit_code == 0
+    assert res.output.splitlines()[2].split()[:2] == ["x100", "Hypothetical"]
+
+
 def test_cli_unknown_gpu_is_one_line_exit_2():
     from flowsim.cli import main
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from flowsim.errors import ConfigError, FlowsimWarning
-from flowsim.gpu_specs import get_gpu
+from flowsim.gpu_specs import get_gpu, list_gpus
 from flowsim.gpu_specs.catalog import DATA_DIR as GPU_DATA_DIR
 from flowsim.kernels import (
     KERNEL_MIN_TIME_S,
@@ -71,20 +71,30 @@ def test_wave_quantisation_arithmetic():
     assert eff[0, 0] == pytest.approx(1408**2 / (132 * 256 * 128))  # candidate 0: 256x128 tile, no split
 
 
+# Fixed GEMM latency on Hopper: the shortest GEMM in the H200 trace (a 32-batch 32x512x128 bmm, 4.384 us) minus
+# its ideal work time, the larger of 2*32*512*128*32 FLOP / 989.4e12 and 2*32*(32*128 + 128*512 + 32*512) bytes
+# / 4.8e12 B/s = 1.147 us.
+HOPPER_LATENCY_S = 4.384e-6 - max(
+    2 * 32 * 512 * 128 * 32 / 989.4e12, 2 * 32 * (32 * 128 + 128 * 512 + 32 * 512) / 4.8e12
+)
+
+
 def test_large_gemm_gets_mamf_and_skinny_gemms_get_less():
     h100 = get_gpu("h100-sxm")
     mamf = 794.5e12
     big = 2 * 8192**3 / gemm_time(8192, 8192, 8192, "bf16", h100)
     assert big == pytest.approx(mamf, rel=0.05)
     # 1024x8192x128 moves 2*(1024*128 + 128*8192 + 1024*8192) bytes at 3.35e12 * (3534/4800) B/s (H200 stream
-    # triad over spec, the Hopper reference for memory): memory-bound, 28% of peak instead of 80%.
-    eff_m = 3534 / 4800
+    # triad over spec, the Hopper reference for memory) after the 3.24 us GEMM latency: memory-bound, 18% of peak
+    # instead of 80%.
+    eff_m, latency = 3534 / 4800, HOPPER_LATENCY_S
     t_skinny = gemm_time(1024, 8192, 128, "bf16", h100)
-    assert t_skinny == pytest.approx(2 * (1024 * 128 + 128 * 8192 + 1024 * 8192) / (3.35e12 * eff_m), rel=1e-9)
-    assert 2 * 1024 * 8192 * 128 / t_skinny < 0.4 * mamf
+    bytes_skinny = 2 * (1024 * 128 + 128 * 8192 + 1024 * 8192)
+    assert t_skinny == pytest.approx(latency + bytes_skinny / (3.35e12 * eff_m), rel=1e-9)
+    assert 2 * 1024 * 8192 * 128 / t_skinny < 0.3 * mamf
     # m = 64 against an 8192x8192 weight: the weight read dominates, 2*(64*8192*2 + 8192^2) bytes.
     t_m64 = gemm_time(64, 8192, 8192, "bf16", h100)
-    assert t_m64 == pytest.approx(2 * (2 * 64 * 8192 + 8192**2) / (3.35e12 * eff_m), rel=1e-9)
+    assert t_m64 == pytest.approx(latency + 2 * (2 * 64 * 8192 + 8192**2) / (3.35e12 * eff_m), rel=1e-9)
     assert 2 * 64 * 8192 * 8192 / t_m64 < 0.2 * mamf
 
 
@@ -93,8 +103,11 @@ def test_batched_gemm_fills_waves():
     h100 = get_gpu("h100-sxm")
     assert best_shape_efficiency([1408], [1408], [64], [4], 132)[0] == pytest.approx(484 / 528)
     # 4096^3: 2048 tiles of 128x64 in 16 waves of 132 -> 2048/2112; batch 8: 16384 in 125 waves -> 16384/16500.
-    ratio = gemm_time(4096, 4096, 4096, "bf16", h100, batch=8) / gemm_time(4096, 4096, 4096, "bf16", h100)
-    assert ratio == pytest.approx(8 * (2048 / 2112) / (16384 / 16500), rel=1e-9)
+    # Both pay the launch latency once.
+    latency = HOPPER_LATENCY_S
+    work8 = gemm_time(4096, 4096, 4096, "bf16", h100, batch=8) - latency
+    work1 = gemm_time(4096, 4096, 4096, "bf16", h100) - latency
+    assert work8 / work1 == pytest.approx(8 * (2048 / 2112) / (16384 / 16500), rel=1e-9)
 
 
 def _fa_time(row, gpu, backward, impl="fa2"):
@@ -216,14 +229,32 @@ GEMM_1 = {"kind": ["gemm"], "dtype": ["bf16"], "m": [1], "n": [1], "k": [1]}
         ({**GEMM_1, "k": [0]}, r"^k: must be >= 1 for gemm rows \(got 0 in row 0\)$"),
         ({"kind": ["attn_fwd"], "dtype": ["bf16"], "heads": [8], "seq_q": [1], "seq_k": [1]},
          r"^head_dim: must be >= 1 for attn_fwd/attn_bwd rows \(got 0 in row 0\)$"),
-        ({"kind": ["memory"], "dtype": ["bf16"], "bytes": [float("nan")]}, r"^bytes: must be a finite number \(got nan"),
+        ({"kind": ["memory"], "dtype": ["bf16"], "bytes": [float("inf")]},
+         r"^bytes: must be a finite number \(got inf in row 0\)$"),
+        ({"kind": ["memory"], "dtype": ["bf16"], "bytes": ["lots"]}, r"^bytes: must be a finite number \(got 'lots'"),
         ({**GEMM_1, "m": [1.5]}, r"^m: must be a whole number \(got 1.5 in row 0\)$"),
         ({"kind": ["gemm"], "m": [1]}, r"^dtype: column is required in the op table$"),
+        ({**GEMM_1, "causal": ["yes"]}, r"^causal: must be true/false \(or 1/0\) \(got 'yes' in row 0\)$"),
+        ({**GEMM_1, "m": [float("nan")]}, r"^m: must be >= 1 for gemm rows \(got 0 in row 0\)$"),
     ],
 )
 def test_bad_op_tables_name_the_column(ops, message):
     with pytest.raises(ConfigError, match=message):
         op_times(pd.DataFrame(ops), get_gpu("h100-sxm"))
+
+
+def test_concatenated_tables_with_empty_cells_price_like_separate_tables():
+    gemm = pd.DataFrame({"kind": ["gemm"], "dtype": ["bf16"], "m": [4096], "n": [4096], "k": [4096]})
+    attn = pd.DataFrame({"kind": ["attn_fwd"], "dtype": ["bf16"], "batch": [2], "heads": [16], "seq_q": [4096],
+                         "seq_k": [4096], "head_dim": [128], "causal": [True]})
+    both = pd.concat([gemm, attn], ignore_index=True)  # NaN where a kind has no such column
+    gpu = get_gpu("h200")
+    assert list(op_times(both, gpu)) == [op_times(gemm, gpu)[0], op_times(attn, gpu)[0]]
+
+
+def test_empty_op_table_prices_nothing():
+    empty = pd.DataFrame({"kind": pd.Series([], dtype=object), "dtype": pd.Series([], dtype=object)})
+    assert op_times(empty, get_gpu("h100-sxm")).shape == (0,)
 
 
 def test_dtype_the_gpu_lacks_and_fa3_off_hopper_are_errors():
@@ -257,9 +288,11 @@ def test_user_spec_gpu_is_scaled_by_flops_and_bandwidth_with_a_warning(tmp_path)
         t_x = gemm_time(8192, 8192, 8192, "bf16", x100)
     assert [str(w.message) for w in record] == [
         "gpu x100: no own kernel measurements, scaled: hbm_stream - from h200 (same architecture (hopper)); "
-        "gemm_mamf bf16 from h100-sxm (same architecture (hopper))"
+        "gemm_mamf bf16 from h100-sxm (same architecture (hopper)); gemm_latency - from h200 (same architecture "
+        "(hopper))"
     ]
-    assert t_x == pytest.approx(gemm_time(8192, 8192, 8192, "bf16", h100) / 2, rel=1e-12)
+    latency = HOPPER_LATENCY_S  # the same fixed launch latency; the work part halves with twice the FLOP/s
+    assert t_x - latency == pytest.approx((gemm_time(8192, 8192, 8192, "bf16", h100) - latency) / 2, rel=1e-12)
     with pytest.warns(FlowsimWarning):
         assert memory_time(1e9, x100) == pytest.approx(memory_time(1e9, h100) / 2, rel=1e-12)
     with warnings.catch_warnings():
@@ -275,3 +308,31 @@ def test_measurement_rows_without_source_are_rejected(tmp_path):
     bad.write_text("gpu,mamf_tflops\nh100-sxm,794.5\n")
     with pytest.raises(ConfigError, match=r"^t.csv: source: column is required$"):
         read_measurement_csv(bad)
+
+
+def test_public_functions_document_every_parameter():
+    import inspect
+
+    import flowsim.gpu_specs as gs
+    import flowsim.kernels as ks
+
+    funcs = [getattr(ks, n) for n in ks.__all__] + [gs.get_gpu, gs.list_gpus, gs.load_spec_file]
+    for f in (f for f in funcs if inspect.isfunction(f)):
+        doc = inspect.getdoc(f) or ""
+        for p in inspect.signature(f).parameters:
+            assert re.search(rf"\b{p}\b", doc), f"{f.__name__}: parameter {p} undocumented"
+
+
+def test_docstring_examples():
+    import doctest
+
+    import flowsim.kernels.model
+
+    assert doctest.testmod(flowsim.kernels.model).failed == 0
+
+
+def test_memory_rows_are_priced_by_bytes_on_every_gpu():
+    # Adam-like row: FLOP are reported, not priced, so GPUs without an fp32 figure (B300, GB300) work too.
+    ops = pd.DataFrame({"kind": ["memory"], "dtype": ["fp32"], "flops": [1e9], "bytes": [1e9]})
+    for gpu in list_gpus():
+        assert op_times(ops, gpu)[0] == memory_time(1e9, gpu)

@@ -14,8 +14,9 @@ def test_seed_db_schema_and_rows():
     db = seed_db()
     assert tuple(db.columns) == DB_COLUMNS
     counts = db.groupby("op").size().to_dict()
-    # 14 MAMF rows; 48 FA2 fwd+bwd rows (A100, H100); 72 H100 forward rows (FA2, FA3); 9 devices x 4 stream kernels
-    assert counts == {"gemm": 14, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
+    # 14 MAMF + 3 latency GEMM rows; 48 FA2 fwd+bwd rows (A100, H100); 72 H100 forward rows (FA2, FA3);
+    # 9 devices x 4 stream kernels
+    assert counts == {"gemm": 17, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
     assert db["source"].str.len().min() > 20
     h100 = db[(db.op == "gemm") & (db.gpu == "h100-sxm") & (db.dtype == "bf16")].iloc[0]
     # 2*2048*2048*13312 FLOP at 794.5 TFLOP/s
@@ -44,8 +45,8 @@ def test_read_db_rejects_rows_without_source(tmp_path):
 # Leave-one-out regression bounds: the figures of docs/KERNELS.md ("Accuracy"), rounded up. A model change that
 # makes any of them worse must update the docs and these bounds together.
 LOO_BOUNDS = {  # (kind, mode): (median |error|, max |error|)
-    ("gemm", "same_gpu"): (0.03, 0.14),
-    ("gemm", "cross_gpu"): (0.05, 0.17),
+    ("gemm", "same_gpu"): (0.022, 0.14),
+    ("gemm", "cross_gpu"): (0.045, 0.17),
     ("attention", "same_gpu"): (0.03, 0.50),
     ("attention", "cross_gpu"): (0.67, 0.98),
     ("memory", "cross_gpu"): (0.05, 0.25),
@@ -63,10 +64,11 @@ def test_leave_one_out_within_documented_bounds():
 def test_leave_one_out_known_case():
     loo = leave_one_out()
     row = loo[(loo.kind == "gemm") & (loo["mode"] == "cross_gpu") & (loo.gpu == "a100-pcie-80gb")].iloc[0]
-    # Same peak (312) and SM count (108) as the A100 SXM; both best shapes fill their waves to the same degree, so
-    # the prediction is the SXM's MAMF: 271.2 / 252.9 - 1 = +7.2%.
-    assert row.predicted == pytest.approx(271.2, rel=1e-3)
-    assert row.error == pytest.approx(271.2 / 252.9 - 1, rel=1e-2)
+    # Same peak (312), SM count (108) and GEMM latency as the A100 SXM; both best shapes fill their waves to the
+    # same degree, so the prediction is about the SXM's MAMF (the fixed latency weighs differently on the two
+    # shapes: 271.7): 271.2 / 252.9 - 1 = +7.2% up to that.
+    assert row.predicted == pytest.approx(271.2, rel=5e-3)
+    assert row.error == pytest.approx(271.2 / 252.9 - 1, rel=5e-2)
 
 
 def _run(*args):
@@ -125,7 +127,7 @@ def test_cli_show_and_accuracy():
     res = _run("show", "--gpu", "b200", "--json")
     out = json.loads(res.output)
     assert {r["table"]: r["measured"] for r in out["references"]} == {
-        "gemm_mamf": "b200", "flash_attention": "h100-sxm", "hbm_stream": "h200"}
+        "gemm_mamf": "b200", "gemm_latency": "b200", "flash_attention": "h100-sxm", "hbm_stream": "h200"}
     assert {r["gpu"] for r in out["rows"]} == {"b200", "h100-sxm", "h200"}
     res = _run("accuracy", "--json")
     summary = json.loads(res.output)["summary"]

@@ -1,0 +1,42 @@
+"""The ``flowsim`` command: a click group of verbs, each a thin layer over the public API.
+
+Exit codes: 0 success; 2 bad input (one line ``Error: <field>: <rule>``); 1 unexpected failure.
+"""
+from __future__ import annotations
+
+import click
+
+from flowsim._version import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="flowsim")
+def main():
+    """flowsim: predict the step time, MFU and memory of distributed LLM training."""
+
+
+# Each verb lives in its own module and registers itself here.
+from flowsim.cli.estimate import estimate  # noqa: E402
+
+main.add_command(estimate)
+
+from flowsim.cli.gpus import gpus  # noqa: E402
+
+main.add_command(gpus)
+
+from flowsim.cli.validate import validate  # noqa: E402
+
+main.add_command(validate)
+
+from flowsim.cli.collective import collective, validate_nccl  # noqa: E402
+
+main.add_command(collective)
+main.add_command(validate_nccl)
+
+from flowsim.cli.kernels_cmd import kernels  # noqa: E402
+
+main.add_command(kernels)
+
+from flowsim.cli.topo import topo  # noqa: E402
+
+main.add_command(topo)

@@ -1,0 +1,188 @@
+"""``flowsim kernels``: price one op (``predict``), list the kernel database (``show``), report its accuracy
+(``accuracy``), and read GEMM timings from profiler traces (``ingest``)."""
+from __future__ import annotations
+
+import dataclasses
+
+import click
+import pandas as pd
+
+from flowsim import units
+from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import get_gpu
+from flowsim.kernels import DTYPES, KINDS, kernel_references, op_breakdown
+from flowsim.kernels.accuracy import leave_one_out, loo_summary
+from flowsim.kernels.db import seed_db
+from flowsim.kernels.ingest import ingest_trace, trace_accuracy
+
+SHAPES = {
+    "gemm": ("m", "n", "k", "batch"),
+    "attn_fwd": ("batch", "heads", "seq_q", "seq_k", "head_dim"),
+    "attn_bwd": ("batch", "heads", "seq_q", "seq_k", "head_dim"),
+    "memory": ("bytes",),
+}
+_REQUIRED = {"gemm": 3, "attn_fwd": 5, "attn_bwd": 5, "memory": 1}
+
+
+def parse_shape(op: str, shape: str) -> dict:
+    """``"4096,4096,4096"`` -> ``{"m": 4096, ...}`` for ``op`` (names in ``SHAPES``); ConfigError('shape') if bad."""
+    names = SHAPES[op]
+    rule = f"{op} takes {','.join(names[:_REQUIRED[op]])}" + (f"[,{names[-1]}]" if len(names) > _REQUIRED[op] else "")
+    parts = [p.strip() for p in shape.split(",")]
+    if not _REQUIRED[op] <= len(parts) <= len(names):
+        raise ConfigError("shape", rule, shape)
+    try:
+        values = [float(p) if op == "memory" else int(p) for p in parts]
+    except ValueError:
+        raise ConfigError("shape", rule + " (numbers)", shape) from None
+    return dict(zip(names, values))
+
+
+@click.group("kernels")
+def kernels():
+    """Kernel compute model: time of one op on one GPU, calibrated on measured kernels."""
+
+
+@kernels.command("predict")
+@click.option("--gpu", required=True, help="GPU key (see `flowsim gpus`) or a YAML spec file path.")
+@click.option("--op", "op", type=click.Choice(KINDS), required=True, help="Op kind.")
+@click.option(
+    "--shape", required=True,
+    help="gemm: m,n,k[,batch]; attn_fwd/attn_bwd: batch,heads,seq_q,seq_k,head_dim; memory: bytes.",
+)
+@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--causal", is_flag=True, help="Causal attention mask.")
+@click.option("--kv-heads", type=click.IntRange(min=0), default=0, help="Attention KV heads (0 = heads).")
+@click.option("--attention-impl", type=click.Choice(["fa2", "fa3"]), default="fa2", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@user_errors
+def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, as_json):
+    """Predict the time of one op launch and say what bounds it and which measurements priced it."""
+    spec = get_gpu(gpu)
+    dims = parse_shape(op, shape)
+    row = {"kind": op, "dtype": dtype, **dims}
+    if op.startswith("attn"):
+        row.update(causal=causal, kv_heads=kv_heads)
+    b = op_breakdown(pd.DataFrame([row]), spec, attention_impl=attention_impl).iloc[0]
+    table = {"gemm": "gemm_mamf", "memory": "hbm_stream"}.get(op, "flash_attention")
+    refs = kernel_references(spec, (dtype,) if op == "gemm" else None)
+    refs = [r for r in refs if r.table in (table, "hbm_stream")]
+    peak = spec.peak_flop_per_s.get(dtype if op != "memory" else "", float("nan"))
+    result = {
+        "gpu": spec.key, "op": op, "dtype": dtype, "shape": dims, "time_s": b.time_s, "compute_s": b.compute_s,
+        "memory_s": b.memory_s, "bound": b.bound, "flops": b.flops, "bytes": b.bytes,
+        "achieved_flop_per_s": b.achieved_flop_per_s, "fraction_of_peak": b.achieved_flop_per_s / peak,
+        "achieved_Bps": b.bytes / b.time_s, "references": [dataclasses.asdict(r) for r in refs],
+    }
+    if as_json:
+        echo_json(result)
+        return
+    click.echo(format_table([{
+        "gpu": spec.key, "op": op, "dtype": dtype, "shape": shape, "time_us": b.time_s / units.US,
+        "tflops": b.achieved_flop_per_s / units.TFLOP, "pct": 100 * result["fraction_of_peak"],
+        "gbps": result["achieved_Bps"] / units.GB, "bound": b.bound,
+    }], [("gpu", "gpu", ""), ("op", "op", ""), ("dtype", "dtype", ""), ("shape", "shape", ""),
+         ("time_us", "time us", ".2f"), ("tflops", "TFLOP/s", ".1f"), ("pct", "% of peak", ".1f"),
+         ("gbps", "HBM GB/s", ".0f"), ("bound", "bound", "")]))
+    for r in refs:
+        click.echo(f"{r.table} ({r.dtype}): measured on {r.measured}, {r.rule}")
+
+
+@kernels.command("show")
+@click.option("--gpu", default=None, help="Show one GPU: the measurements priced with and its DB rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@user_errors
+def show(gpu, as_json):
+    """What the kernel database holds, per GPU (or, with --gpu, the references and rows for one GPU)."""
+    db = seed_db()
+    if gpu is None:
+        summary = db.groupby(["gpu", "op", "impl", "dtype"]).size().reset_index(name="rows")
+        if as_json:
+            echo_json({"db": summary.to_dict(orient="records")})
+        else:
+            click.echo(format_table(summary.to_dict(orient="records"), [
+                ("gpu", "gpu", ""), ("op", "op", ""), ("impl", "impl", ""), ("dtype", "dtype", ""),
+                ("rows", "rows", "d"),
+            ]))
+        return
+    spec = get_gpu(gpu)
+    refs = kernel_references(spec)
+    measured = {r.measured for r in refs}
+    rows = db[db.gpu.isin(measured)]
+    if as_json:
+        echo_json({"gpu": spec.key, "references": [dataclasses.asdict(r) for r in refs],
+                   "rows": rows.to_dict(orient="records")})
+        return
+    for r in refs:
+        click.echo(f"{r.table} ({r.dtype}): measured on {r.measured}, {r.rule}")
+    click.echo(format_table(
+        [dict(r, tflops=r["achieved_flop_per_s"] / units.TFLOP, gbps=r["achieved_Bps"] / units.GB,
+              time_us=r["time_s"] / units.US) for r in rows.to_dict(orient="records")],
+        [("gpu", "gpu", ""), ("op", "op", ""), ("impl", "impl", ""), ("dtype", "dtype", ""), ("m", "m", "d"),
+         ("n", "n", "d"), ("k", "k", "d"), ("seq_k", "seq", "d"), ("head_dim", "hd", "d"), ("causal", "causal", ""),
+         ("time_us", "time us", ".1f"), ("tflops", "TFLOP/s", ".1f"), ("gbps", "GB/s", ".0f")],
+    ))
+
+
+@kernels.command("accuracy")
+@click.option("--rows", "show_rows", is_flag=True, help="Print every leave-one-out prediction, not only the summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@user_errors
+def accuracy(show_rows, as_json):
+    """Leave-one-out error of the kernel model against its own measurements, per op kind."""
+    loo = leave_one_out()
+    summary = loo_summary(loo)
+    if as_json:
+        out = {"summary": summary.to_dict(orient="records")}
+        if show_rows:
+            out["rows"] = loo.to_dict(orient="records")
+        echo_json(out)
+        return
+    if show_rows:
+        click.echo(format_table(
+            [dict(r, pct=100 * r["error"]) for r in loo.to_dict(orient="records")],
+            [("kind", "kind", ""), ("mode", "mode", ""), ("gpu", "gpu", ""), ("case", "case", ""),
+             ("measured", "measured", ".1f"), ("predicted", "predicted", ".1f"), ("pct", "error %", "+.1f")],
+        ))
+        click.echo("")
+    click.echo(format_table(
+        [dict(r, med=100 * r["median_abs_error"], mx=100 * r["max_abs_error"])
+         for r in summary.to_dict(orient="records")],
+        [("kind", "kind", ""), ("mode", "mode", ""), ("n", "rows", "d"), ("med", "median |error| %", ".1f"),
+         ("mx", "max |error| %", ".1f")],
+    ))
+
+
+@kernels.command("ingest")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option("--gpu", default=None, help="GPU key of the trace (default: from its deviceProperties).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the GEMM rows as kernel-DB CSV (schema in flowsim.kernels.db).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@user_errors
+def ingest(trace, gpu, out_path, as_json):
+    """Read GEMM timings from a PyTorch-profiler (Kineto) trace and compare them with the model."""
+    rows = ingest_trace(trace, gpu)
+    acc = trace_accuracy(rows)
+    if out_path:
+        rows.to_csv(out_path, index=False)
+    abs_err = acc["error"].abs()
+    summary = {"trace": str(trace), "gpu": rows.attrs["gpu"], "rows": len(rows),
+               "median_abs_error": abs_err.median() if len(rows) else None,
+               "max_abs_error": abs_err.max() if len(rows) else None}
+    if as_json:
+        echo_json({**summary, "gemms": acc.drop(columns=["source"]).to_dict(orient="records")})
+        return
+    if not len(rows):
+        click.echo(f"no GEMM ops with recorded shapes in this trace ({rows.attrs['gpu']})")
+        return
+    click.echo(format_table(
+        [dict(r, meas_us=r["time_s"] / units.US, pred_us=r["predicted_s"] / units.US, pct=100 * r["error"])
+         for r in acc.to_dict(orient="records")],
+        [("m", "m", "d"), ("n", "n", "d"), ("k", "k", "d"), ("batch", "batch", "d"), ("dtype", "dtype", ""),
+         ("meas_us", "measured us", ".2f"), ("pred_us", "predicted us", ".2f"), ("pct", "error %", "+.1f"),
+         ("bottleneck", "bound", "")],
+    ))
+    click.echo(f"{len(rows)} GEMMs on {rows.attrs['gpu']}: median |error| {100 * summary['median_abs_error']:.1f}%,"
+               f" max {100 * summary['max_abs_error']:.1f}%")

@@ -1,0 +1,107 @@
+"""Leave-one-out accuracy of the kernel model against its own measurements.
+
+Each measured figure is predicted with that figure removed, in two modes:
+
+``same_gpu``
+    From the GPU's other measurements. GEMM: the MAMF of one dtype from the GPU's ceiling for the other dtype
+    (GPUs with both bf16 and fp8 rows). Attention: each point of a sequence-length series from its neighbours
+    (interpolation in log2(seq), the nearest value held at the ends).
+``cross_gpu``
+    From other GPUs only, by the reference rule of :mod:`flowsim.kernels.reference`. GEMM: the ceiling of the
+    most similar other GPU, times the target's peak and shape efficiency. Attention: A100 fwd+bwd from H100's
+    efficiency table and the reverse. Memory: each device's stream efficiency from the most similar other device.
+
+Errors are ``predicted / measured - 1``; :func:`loo_summary` gives the median and max absolute error.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+
+from flowsim.gpu_specs import get_gpu
+from flowsim.kernels.gemm import best_shape_efficiency, gemm_latency_s, latency_reference, mamf_ceiling
+from flowsim.kernels.memory import stream_efficiency
+from flowsim.kernels.reference import Candidate, choose_reference
+from flowsim.kernels.tables import load_table
+from flowsim.units import GB, TFLOP
+
+LOO_COLUMNS = ("kind", "mode", "gpu", "case", "measured", "predicted", "error")
+
+
+def leave_one_out() -> pd.DataFrame:
+    """Every leave-one-out prediction: columns ``LOO_COLUMNS`` (measured/predicted in TFLOP/s or GB/s)."""
+    rows = _gemm_loo() + _attention_loo() + _memory_loo()
+    df = pd.DataFrame(rows, columns=list(LOO_COLUMNS[:-1]))
+    df["error"] = df["predicted"] / df["measured"] - 1.0
+    return df
+
+
+def loo_summary(loo: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Median and max absolute leave-one-out error per op kind and mode (fractions), with the row count."""
+    loo = leave_one_out() if loo is None else loo
+    g = loo.assign(abs_error=loo["error"].abs()).groupby(["kind", "mode"])["abs_error"]
+    return pd.DataFrame({"n": g.size(), "median_abs_error": g.median(), "max_abs_error": g.max()}).reset_index()
+
+
+def _gemm_loo() -> list:
+    t = load_table("gemm_mamf")
+    out = []
+    for r in t.itertuples():
+        gpu = get_gpu(r.gpu)
+        shape = best_shape_efficiency([r.best_m], [r.best_n], [r.best_k], [1], gpu.sm_count)[0]
+        flops = 2.0 * r.best_m * r.best_n * r.best_k
+        latency = gemm_latency_s(latency_reference(gpu).measured)
+
+        def predicted_tflops(ceiling):
+            return flops / (latency + flops / (gpu.peak(r.dtype) * ceiling * shape)) / TFLOP
+
+        case = f"{r.dtype} {r.best_m}x{r.best_n}x{r.best_k}"
+        other_dtype = t[(t.gpu == r.gpu) & (t.dtype != r.dtype)]
+        for o in other_dtype.itertuples():
+            pred = predicted_tflops(mamf_ceiling(r.gpu, o.dtype))
+            out.append(("gemm", "same_gpu", r.gpu, f"{case} from {o.dtype}", r.mamf_tflops, pred))
+        others = t[(t.dtype == r.dtype) & (t.gpu != r.gpu)]
+        cands = [Candidate.of_gpu(get_gpu(k), get_gpu(k).peak(r.dtype)) for k in others.gpu]
+        ref = choose_reference(gpu, gpu.peak(r.dtype), cands, "gemm_mamf", r.dtype)
+        pred = predicted_tflops(mamf_ceiling(ref.measured, r.dtype))
+        out.append(("gemm", "cross_gpu", r.gpu, f"{case} from {ref.measured}", r.mamf_tflops, pred))
+    return out
+
+
+def _attention_loo() -> list:
+    t = load_table("flash_attention")
+    out = []
+    for (gpu, impl, pass_, causal, hd), s in t.groupby(["gpu", "impl", "pass", "causal", "head_dim"]):
+        s = s.sort_values("seq_len")
+        x, y = np.log2(s.seq_len.to_numpy(float)), s.tflops.to_numpy(float)
+        for i in range(len(s)):
+            keep = np.arange(len(s)) != i
+            pred = np.interp(x[i], x[keep], y[keep])
+            case = f"{impl} {pass_} {'causal' if causal else 'full'} hd{hd} seq{int(2 ** x[i])}"
+            out.append(("attention", "same_gpu", gpu, case, y[i], pred))
+    both = t[(t["pass"] == "fwd_bwd")]
+    for gpu, other in (("a100-sxm4-80gb", "h100-sxm"), ("h100-sxm", "a100-sxm4-80gb")):
+        mine = both[both.gpu == gpu].set_index(["causal", "head_dim", "seq_len"]).tflops
+        theirs = both[both.gpu == other].set_index(["causal", "head_dim", "seq_len"]).tflops
+        ratio = get_gpu(gpu).peak("fp16") / get_gpu(other).peak("fp16")
+        for (causal, hd, seq), v in mine.items():
+            case = f"fa2 fwd_bwd {'causal' if causal else 'full'} hd{hd} seq{seq} from {other}"
+            out.append(("attention", "cross_gpu", gpu, case, v, theirs[(causal, hd, seq)] * ratio))
+    return out
+
+
+def _memory_loo() -> list:
+    t = load_table("hbm_stream")
+    names = np.where(t.gpu.fillna("") != "", t.gpu, t.device)
+    devices = [Candidate(nm, r.arch, r.vendor, r.spec_GBps * GB) for nm, r in zip(names, t.itertuples())]
+    out = []
+    for dev, r in zip(devices, t.itertuples()):
+        target = SimpleNamespace(key=dev.name, arch=dev.arch, vendor=dev.vendor)  # what choose_reference reads
+        others = [c for c in devices if c.name != dev.name]
+        ref = choose_reference(target, dev.figure, others, "hbm_stream", "-")
+        measured = max(r.scale_GBps, r.triad_GBps)
+        out.append(("memory", "cross_gpu", dev.name, f"max(scale, triad) from {ref.measured}", measured,
+                    r.spec_GBps * stream_efficiency(ref.measured)))
+    return out

@@ -1,0 +1,125 @@
+"""FlashAttention efficiency, interpolated from the measured FlashAttention-2/3 tables.
+
+FLOP convention (flash-attention ``benchmarks/benchmark_flash_attention.py``): the forward pass of one
+attention is ``f = 4 * batch * heads * seq_q * seq_k * head_dim``, halved when causal; the backward pass is
+``2.5 f`` and forward+backward ``3.5 f``. A table figure T (TFLOP/s) therefore means time = FLOP / T.
+
+Per measured GPU, implementation (``fa2``, ``fa3``), pass (``fwd``, ``bwd``) and causal flag the model holds a
+grid of efficiencies ``T / peak_fp16`` over head dim x sequence length, from the ``flash_attention`` table:
+
+- ``fwd``: the forward table where one exists (FlashAttention-3 figure on H100, which also carries FA2);
+  otherwise (A100) the fwd+bwd throughput (assumption: both passes run at the combined rate).
+- ``bwd``: derived from fwd+bwd and fwd throughputs: ``T_bwd = 2.5 / (3.5 / T_fwd_bwd - 1 / T_fwd)``
+  (time of fwd+bwd minus time of fwd); where no forward figure exists, the fwd+bwd throughput.
+- ``fa3`` has no backward measurement: its ``bwd`` grid is the ``fa2`` one (assumption).
+
+An op's efficiency is interpolated linearly in log2(seq_k) within each measured head dim, then linearly in
+head dim; outside the measured range (512..16384 tokens, head dims 64..128 or 64..256) the nearest edge value
+is held. The measured configurations keep batch * heads * seq large (16k tokens, hidden 2048), so the grids
+describe a full GPU; small problems are not penalised further.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from flowsim.gpu_specs import GPUSpec, get_gpu
+from flowsim.kernels.reference import Candidate, Reference, choose_reference
+from flowsim.kernels.tables import load_table
+from flowsim.units import TFLOP
+
+IMPLS = ("fa2", "fa3")
+# flash-attention benchmarks/benchmark_flash_attention.py: bwd = 2.5 x fwd FLOPs, fwd+bwd = 3.5 x fwd FLOPs.
+BWD_FLOP_RATIO = 2.5
+FWD_BWD_FLOP_RATIO = 3.5
+# Dtype of the measurements (FP16/BF16, same peak on every listed GPU); fp8 attention is priced at this rate.
+MEASURED_DTYPE = "fp16"
+
+
+def attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, backward):
+    """FLOP of one attention pass in the flash-attention benchmark convention (module docstring), float64."""
+    f = 4.0 * np.asarray(batch) * heads * seq_q * seq_k * head_dim / np.where(causal, 2.0, 1.0)
+    return f * np.where(backward, BWD_FLOP_RATIO, 1.0)
+
+
+def attention_bytes(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, backward):
+    """HBM bytes of one FlashAttention pass, float64.
+
+    Forward reads Q, K, V and writes O: ``e (2 b h s_q d + 2 b h_kv s_k d)``. Backward reads Q, O, dO, K, V and
+    writes dQ, dK, dV: ``e (4 b h s_q d + 4 b h_kv s_k d)``. The fp32 softmax statistics (b h s_q) are ignored.
+    """
+    q = np.asarray(batch, dtype=np.float64) * heads * seq_q * head_dim
+    kv = np.asarray(batch, dtype=np.float64) * kv_heads * seq_k * head_dim
+    return elem_bytes * (q + kv) * np.where(backward, 4.0, 2.0)
+
+
+def attention_reference(gpu: GPUSpec) -> Reference:
+    """The measured GPU whose FlashAttention tables price attention on ``gpu``."""
+    keys = sorted(set(load_table("flash_attention")["gpu"]))
+    cands = [Candidate.of_gpu(get_gpu(k), get_gpu(k).peak(MEASURED_DTYPE)) for k in keys]
+    return choose_reference(gpu, fp16_peak(gpu), cands, "flash_attention", MEASURED_DTYPE)
+
+
+def fp16_peak(gpu: GPUSpec) -> float:
+    """Peak FLOP/s of the measured attention dtype on ``gpu`` (fp16, or bf16 where fp16 is not listed)."""
+    return gpu.peak(MEASURED_DTYPE) if MEASURED_DTYPE in gpu.peak_flop_per_s else gpu.peak("bf16")
+
+
+@functools.lru_cache(maxsize=None)
+def efficiency_grid(measured_key: str, impl: str, pass_: str, causal: bool):
+    """Efficiency grid of one measured GPU (construction in the module docstring).
+
+    Returns
+    -------
+    head_dims : float64[n_hd]
+    log2_seq : float64[n_seq]
+    eff : float64[n_hd, n_seq]
+        Achieved / fp16 peak of the measured GPU.
+    """
+    t = load_table("flash_attention")
+    t = t[(t["gpu"] == measured_key) & (t["causal"] == int(causal))]
+    peak_tflops = get_gpu(measured_key).peak(MEASURED_DTYPE) / TFLOP
+
+    def table(impl_, pass__):
+        sub = t[(t["impl"] == impl_) & (t["pass"] == pass__)]
+        return sub.pivot(index="head_dim", columns="seq_len", values="tflops").astype(float)
+
+    fwd_bwd = table("fa2", "fwd_bwd")
+    if pass_ == "fwd":
+        fwd = table(impl, "fwd")
+        assert impl == "fa2" or not fwd.empty, "op_times admits fa3 only on Hopper, whose reference has FA3 rows"
+        grid = fwd if not fwd.empty else fwd_bwd
+    else:  # FA3 has no backward measurement: both implementations use FA2's backward
+        fwd = table("fa2", "fwd")
+        common = fwd_bwd.index.intersection(fwd.index)
+        grid = fwd_bwd.copy()
+        grid.loc[common] = BWD_FLOP_RATIO / (FWD_BWD_FLOP_RATIO / fwd_bwd.loc[common] - 1.0 / fwd.loc[common])
+    return grid.index.to_numpy(float), np.log2(grid.columns.to_numpy(float)), grid.to_numpy() / peak_tflops
+
+
+def interpolate_efficiency(grid, head_dim, seq_k) -> np.ndarray:
+    """Efficiency at each (head_dim, seq_k) from ``efficiency_grid`` output, edge values held outside.
+
+    Parameters
+    ----------
+    grid : tuple
+        ``(head_dims, log2_seq, eff)`` from :func:`efficiency_grid`.
+    head_dim, seq_k : float64[n_ops]
+        Head dimension and key/value sequence length (>= 1).
+
+    Returns
+    -------
+    float64[n_ops]
+    """
+    head_dims, log2_seq, eff = grid
+    x = np.log2(np.asarray(seq_k, dtype=np.float64))
+    per_hd = np.stack([np.interp(x, log2_seq, row) for row in eff])  # [n_hd, n_ops]
+    hd = np.clip(np.asarray(head_dim, dtype=np.float64), head_dims[0], head_dims[-1])
+    hi = np.clip(np.searchsorted(head_dims, hd), 1, max(len(head_dims) - 1, 1))
+    if len(head_dims) == 1:
+        return per_hd[0]
+    lo = hi - 1
+    w = (hd - head_dims[lo]) / (head_dims[hi] - head_dims[lo])
+    cols = np.arange(x.size)
+    return per_hd[lo, cols] * (1 - w) + per_hd[hi, cols] * w

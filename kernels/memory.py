@@ -1,0 +1,36 @@
+"""Achievable device-memory bandwidth of memory-bound ops, from stream measurements.
+
+A memory-bound op (norm, activation, dropout, residual add, softmax, rotary, cross-entropy, optimizer step)
+reads and writes HBM like the stream kernels ``scale`` (1 load + 1 store) and ``triad`` (2 loads + 1 store).
+Its efficiency is the better of those two measured bandwidths over the datasheet bandwidth the measurement
+was taken against (table ``hbm_stream``): ``eff_m = max(scale, triad) / spec``.
+"""
+from __future__ import annotations
+
+import functools
+
+from flowsim.gpu_specs import GPUSpec
+from flowsim.kernels.reference import Candidate, Reference, choose_reference
+from flowsim.kernels.tables import load_table
+from flowsim.units import GB
+
+
+def _candidates() -> list[Candidate]:
+    t = load_table("hbm_stream")
+    return [
+        Candidate(r.gpu if isinstance(r.gpu, str) and r.gpu else r.device, r.arch, r.vendor, r.spec_GBps * GB)
+        for r in t.itertuples()
+    ]
+
+
+def memory_reference(gpu: GPUSpec) -> Reference:
+    """The measured device whose stream efficiency prices memory-bound ops on ``gpu``."""
+    return choose_reference(gpu, gpu.hbm_Bps, _candidates(), "hbm_stream", "-")
+
+
+@functools.lru_cache(maxsize=None)
+def stream_efficiency(measured: str) -> float:
+    """``max(scale, triad) / spec`` of a measured device (a flowsim key or the table's device name)."""
+    t = load_table("hbm_stream")
+    row = t[(t["gpu"] == measured) | (t["device"] == measured)].iloc[0]
+    return float(max(row.scale_GBps, row.triad_GBps) / row.spec_GBps)

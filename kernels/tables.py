@@ -1,0 +1,72 @@
+"""Measured kernel tables shipped in ``data/``: loaded with pandas, every row must cite its source.
+
+Tables (one CSV each; units in the column names):
+
+``gemm_mamf``
+    Maximum achievable matmul FLOP/s per GPU and dtype at the best shape of a brute-force search.
+    Columns: gpu, dtype, mamf_tflops, theory_tflops, best_m, best_n, best_k, torch_version, source.
+``gemm_latency``
+    The shortest GEMM launch (time and shape) in a profiler trace of each GPU, from which the fixed GEMM latency
+    is derived. Columns: gpu, time_us, kernel, dtype, m, n, k, batch, source.
+``flash_attention``
+    FlashAttention-2/3 throughput by implementation, pass (``fwd`` or ``fwd_bwd``), causal flag, head dim and
+    sequence length (batch = 16384 / seq_len, heads = 2048 / head_dim). Columns: gpu, impl, pass, causal,
+    head_dim, seq_len, batch, heads, tflops, source.
+``hbm_stream``
+    Stream-like device-memory bandwidth (init, read, scale, triad) per device with the datasheet figure it is
+    measured against. Columns: device, gpu (a flowsim key, or empty for devices flowsim does not list), arch,
+    vendor, init_GBps, read_GBps, scale_GBps, triad_GBps, spec_GBps, source.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+
+from flowsim.errors import ConfigError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TABLES = ("gemm_mamf", "gemm_latency", "flash_attention", "hbm_stream")
+
+
+def read_measurement_csv(path) -> pd.DataFrame:
+    """Read a measurement CSV and check that every row names its source.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        CSV file with a ``source`` column.
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    ConfigError
+        ``<file>: source: every row needs a source (got row N)`` for the first row without one (N counts data
+        rows from 1), or when the column is absent.
+    """
+    path = Path(path)
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    if "source" not in df.columns:
+        raise ConfigError(f"{path.name}: source", "column is required")
+    empty = df["source"].isna() | (df["source"].astype(str).str.strip() == "")
+    if empty.any():
+        raise ConfigError(f"{path.name}: source", "every row needs a source", f"row {int(empty.idxmax()) + 1}")
+    return df
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(name: str) -> pd.DataFrame:
+    """Return one of the shipped tables (cached; treat as read-only).
+
+    Parameters
+    ----------
+    name : str
+        One of ``TABLES``: ``gemm_mamf``, ``gemm_latency``, ``flash_attention``, ``hbm_stream``.
+    """
+    if name not in TABLES:
+        raise ConfigError("table", f"must be one of {', '.join(TABLES)}", name)
+    return read_measurement_csv(DATA_DIR / f"{name}.csv")
