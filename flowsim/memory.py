@@ -38,8 +38,11 @@ class StageMemory:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
 
 
-def layer_activation_bytes(cfg: SimConfig) -> float:
+def layer_activation_bytes(cfg: SimConfig, moe: bool = False) -> float:
     """Bytes one transformer layer keeps for backward, per micro-batch, per GPU, without recompute.
+
+    ``moe`` counts a routed-expert MLP instead of the dense one: the permuted tokens, the experts' inputs
+    and intermediates for ``topk`` copies of each of the GPU's routed tokens, and the shared experts.
 
     With FlashAttention there are no s^2 terms; unfused attention adds Korthikanti et al.'s 5 a s^2 b / t. For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
     parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``.
@@ -58,8 +61,20 @@ def layer_activation_bytes(cfg: SimConfig) -> float:
     total += 2 * ACT_BYTES * sbh / spf            # norm outputs = inputs of QKV and fc1 (SP keeps shards)
     total += ACT_BYTES * sb * (a + 2 * g) * d / tp  # q, k, v kept by the attention kernel
     total += ACT_BYTES * sb * a * d / tp           # attention output = attn_out GEMM input
-    total += ACT_BYTES * sb * f_in / tp            # fc1 output (activation input)
-    total += ACT_BYTES * sb * f / tp               # activation output = fc2 input
+    if moe:
+        routed = sb / (tp if t.sequence_parallel else 1) * m.moe_router_topk
+        etp = t.expert_tensor_parallel_size
+        fe = m.moe_ffn_hidden_size
+        total -= ACT_BYTES * sbh / spf                                  # no dense fc1 input
+        total += ACT_BYTES * routed * m.hidden_size                      # permuted tokens = expert fc1 input
+        total += ACT_BYTES * routed * (fe * (2 if m.gated else 1) + fe) / etp  # expert intermediates
+        fs = m.moe_shared_expert_intermediate_size
+        total += ACT_BYTES * sb * (fs * (2 if m.gated else 1) + fs) / tp
+        if fs:
+            total += ACT_BYTES * sbh / spf                               # shared-expert fc1 input
+    else:
+        total += ACT_BYTES * sb * f_in / tp            # fc1 output (activation input)
+        total += ACT_BYTES * sb * f / tp               # activation output = fc2 input
     total += 2 * drop * sbh / spf                  # two 1-byte dropout masks
     if not t.use_flash_attn and t.recompute_granularity != "selective":
         # stored scores (selective recompute rebuilds them in backward instead): softmax output (2 bytes), dropout mask (1) and output (2) = 5 a s^2 b / t
@@ -87,20 +102,29 @@ def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
 def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     """Peak memory of one GPU of ``stage`` by component (see module docstring)."""
     m, t = cfg.model, cfg.training
-    params = wl.stage_params[stage]
-    dp = t.dp * t.cp  # optimizer state is sharded over the data- and context-parallel ranks
+    params, experts = wl.stage_params[stage], wl.stage_expert_params[stage]
+    dp = t.dp * t.cp  # dense state is sharded over the data- and context-parallel ranks
+    edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)  # expert state over expert-DP ranks
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-    w = WEIGHT_BYTES * params / (dp if zero >= 3 else 1)
+
+    def state(per_param, stage_from):
+        """Bytes of one per-parameter state, sharded when the ZeRO stage reaches ``stage_from``."""
+        return per_param * (params / (dp if zero >= stage_from else 1) + experts / (edp if zero >= stage_from else 1))
+
+    w = state(WEIGHT_BYTES, 3)
     if wl.gemm_dtype == "fp8":
-        w += FP8_WEIGHT_BYTES * params / (dp if zero >= 3 else 1)
+        w += state(FP8_WEIGHT_BYTES, 3)
     if zero >= 3:
         # FSDP gathers one layer's weights at a time and prefetches the next (two full layers)
-        w += 2 * WEIGHT_BYTES * params / max(int(wl.chunk_layers[stage].sum()), 1)
-    g = GRAD_BYTES * params / (dp if zero >= 2 else 1)
-    o = OPTIMIZER_BYTES * params / (dp if zero >= 1 else 1)
+        w += 2 * WEIGHT_BYTES * (params + experts) / max(int(wl.chunk_layers[stage].sum()), 1)
+    g = state(GRAD_BYTES, 2)
+    o = state(OPTIMIZER_BYTES, 1)
 
     layers = int(wl.chunk_layers[stage].sum())
+    n_moe = int(wl.chunk_moe_layers[stage].sum())
     per_layer = layer_activation_bytes(cfg)
+    if n_moe:  # average over the stage's dense and MoE layers
+        per_layer = ((layers - n_moe) * per_layer + n_moe * layer_activation_bytes(cfg, moe=True)) / max(layers, 1)
     mb = in_flight_microbatches(cfg, stage)
     rec = int(wl.chunk_recompute_layers[stage].sum())
     if rec:

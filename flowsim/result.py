@@ -22,6 +22,8 @@ class StageBreakdown:
         Context-parallel communication not hidden behind attention.
     pp_comm_s : float
         Pipeline send/receive time on this stage's critical path.
+    ep_comm_s : float
+        Expert-parallel token dispatch and combine (all-to-all) on the critical path.
     dp_comm_s : float
         Data-parallel gradient reduction / parameter gathering not hidden behind compute.
     bubble_s : float
@@ -41,6 +43,7 @@ class StageBreakdown:
     bubble_s: float
     optimizer_s: float
     memory_bytes: float
+    ep_comm_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,11 +145,11 @@ class Result:
 
     def breakdown(self) -> dict:
         """Critical-path breakdown of the slowest stage, seconds per step, by component."""
-        s = max(self.stages, key=lambda x: x.compute_s + x.tp_comm_s + x.cp_comm_s + x.pp_comm_s
+        s = max(self.stages, key=lambda x: x.compute_s + x.tp_comm_s + x.cp_comm_s + x.ep_comm_s + x.pp_comm_s
                 + x.dp_comm_s + x.bubble_s + x.optimizer_s)
         return {"stage": s.stage, "compute_s": s.compute_s, "tp_comm_s": s.tp_comm_s, "cp_comm_s": s.cp_comm_s,
-                "pp_comm_s": s.pp_comm_s, "dp_comm_s": s.dp_comm_s, "bubble_s": s.bubble_s,
-                "optimizer_s": s.optimizer_s}
+                "ep_comm_s": s.ep_comm_s, "pp_comm_s": s.pp_comm_s, "dp_comm_s": s.dp_comm_s,
+                "bubble_s": s.bubble_s, "optimizer_s": s.optimizer_s}
 
     def to_dict(self) -> dict:
         """The stable JSON view (what ``flowsim estimate --json`` prints)."""

@@ -51,11 +51,16 @@ class _Comms:
     def __init__(self, cfg: SimConfig, gpu):
         t = cfg.training
         self.cfg, self.gpu = cfg, gpu
+        etp, ep = t.expert_tensor_parallel_size, t.ep
         self.groups = {
             "tp": (t.tp, 1),
             "cp": (t.cp, t.tp),
             "dp": (t.dp * t.cp, t.tp),
             "pp": (2, t.tp * t.cp * t.dp),
+            # expert layers (Megatron-LM expert rank generator, order tp-ep-dp-pp with tp = etp)
+            "etp": (etp, 1),
+            "ep": (ep, etp),
+            "edp": (t.tp * t.cp * t.dp // (ep * etp), ep * etp),
         }
         self._layouts = {}
         self._cache = {}
@@ -112,7 +117,7 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
         gemm = float(per[sel & is_gemm].sum())
         dgrad = float(per[sel & is_dgrad].sum())
         attn = float(per[sel & is_attn].sum())
-        tp_blocking = tp_dgrad = cp_total = 0.0
+        tp_blocking = tp_dgrad = cp_total = ep_total = 0.0
         dgrad_sms = cp_sms = 0
         for r in opset.comms:
             if r.phase != ph:
@@ -121,6 +126,8 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
             if r.group == "cp":
                 cp_total += dt
                 cp_sms = max(cp_sms, comms.ctas(r.group, r.op, r.size_bytes))
+            elif r.group in ("ep", "etp"):
+                ep_total += dt  # token dispatch/combine sits between the router and the experts
             elif r.overlap == "dgrad":
                 tp_dgrad += dt
                 dgrad_sms = max(dgrad_sms, comms.ctas(r.group, r.op, r.size_bytes))
@@ -132,11 +139,14 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
             tp_exposed = tp_blocking + overlapped_s(dgrad, tp_dgrad, dgrad_sms, sm) - dgrad
         out[f"tp_{ph}"] = tp_exposed
         out[f"cp_{ph}"] = overlapped_s(attn, cp_total, cp_sms, sm) - attn
+        out[f"ep_{ph}"] = ep_total
     return out
 
 
 def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
     blocks = {"layer": wl.layer, "embedding": wl.embedding, "head": wl.head}
+    if wl.moe_layer is not None:
+        blocks["moe_layer"] = wl.moe_layer
     frames, spans, start = [], {}, 0
     for name, ops in blocks.items():
         frames.append(ops.compute)
@@ -173,38 +183,50 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
     """
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-    if zero >= 3 or t.dp * t.cp == 1:
+    if zero >= 3:
         return 0.0, 0.0
-    params = wl.stage_params[stage]
-    grad_bytes = params * GRAD_REDUCE_BYTES
-    n_buckets = max(1, int(np.ceil(grad_bytes / t.bucket_size_bytes)))
     op = "reducescatter" if zero >= 1 else "allreduce"
-    per_bucket = comms.time("dp", op, grad_bytes / n_buckets, n_buckets)
+    # (group, parameters): dense weights over the data- and context-parallel ranks, routed experts over the
+    # expert-data-parallel ranks
+    parts = [(g, n) for g, n in (("dp", wl.stage_params[stage]), ("edp", wl.stage_expert_params[stage]))
+             if n > 0 and comms.groups[g][0] > 1]
+    buckets = []  # (seconds, SMs held) per gradient bucket, in the order the reduction issues them
+    gathers = []
+    for g, n in parts:
+        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / t.bucket_size_bytes)))
+        size = n * GRAD_REDUCE_BYTES / nb
+        buckets += [(comms.time(g, op, size, nb), comms.ctas(g, op, size))] * nb
+        if zero >= 1:
+            gsize = n * PARAM_GATHER_BYTES / nb
+            gathers += [(comms.time(g, "allgather", gsize, nb), comms.ctas(g, "allgather", gsize))] * nb
+    if not buckets:
+        return 0.0, 0.0
+    total = sum(b for b, _ in buckets)
     end = timeline.end_s[stage]
     if t.overlap_grad_reduce:
         starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
         order = np.argsort(ends)
-        per_chunk = [n_buckets // len(order) + (1 if i < n_buckets % len(order) else 0) for i in range(len(order))]
-        clock = 0.0
-        for c, nb in zip(order, per_chunk):
-            for j in range(nb):
-                ready = starts[c] + (ends[c] - starts[c]) * (j + 1) / nb
-                clock = max(clock, ready) + per_bucket
+        nb = len(buckets)
+        per_chunk = [nb // len(order) + (1 if i < nb % len(order) else 0) for i in range(len(order))]
+        clock, k = 0.0, 0
+        for c, n_c in zip(order, per_chunk):
+            for j in range(n_c):
+                ready = starts[c] + (ends[c] - starts[c]) * (j + 1) / n_c
+                clock = max(clock, ready) + buckets[k][0]
+                k += 1
         grad_exposed = max(0.0, clock - end)
     else:
-        grad_exposed = n_buckets * per_bucket
+        grad_exposed = total
     # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
-    share = comms.ctas("dp", op, grad_bytes / n_buckets) / comms.gpu.sm_count
-    grad_exposed += (n_buckets * per_bucket - grad_exposed) * share
+    share = max(sms for _, sms in buckets) / comms.gpu.sm_count
+    grad_exposed += (total - grad_exposed) * share
     gather_exposed = 0.0
-    if zero >= 1:
-        gather_bytes = params * PARAM_GATHER_BYTES / n_buckets
-        per_gather = comms.time("dp", "allgather", gather_bytes, n_buckets)
+    if gathers:
         if t.overlap_param_gather:
-            share = comms.ctas("dp", "allgather", gather_bytes) / comms.gpu.sm_count
-            gather_exposed = per_gather + (n_buckets - 1) * per_gather * share
+            share = max(sms for _, sms in gathers) / comms.gpu.sm_count
+            gather_exposed = gathers[0][0] + sum(x for x, _ in gathers[1:]) * share
         else:
-            gather_exposed = n_buckets * per_gather
+            gather_exposed = sum(x for x, _ in gathers)
     return grad_exposed, gather_exposed
 
 
@@ -212,7 +234,9 @@ def _optimizer_s(cfg, wl, gpu) -> np.ndarray:
     """Adam step of one GPU of every stage (memory-bound over the local parameter shard), seconds."""
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-    n = np.asarray(wl.stage_params) / (t.dp * t.cp if zero >= 1 else 1)
+    edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)
+    n = (np.asarray(wl.stage_params) / (t.dp * t.cp if zero >= 1 else 1)
+         + np.asarray(wl.stage_expert_params) / (edp if zero >= 1 else 1))
     ops = pd.DataFrame({"kind": ["memory"] * len(n), "dtype": ["fp32"] * len(n), "flops": ADAM_FLOPS_PER_PARAM * n,
                         "bytes": ADAM_BYTES_PER_PARAM * n})
     return op_times(ops, gpu)
@@ -258,20 +282,29 @@ def simulate(config=None, **overrides) -> Result:
     ops, spans = _ops_frame(wl)
     t_ops = op_times(ops, gpu)
     L, R = wl.chunk_layers, wl.chunk_recompute_layers
-    layer = _block_times(wl.layer, t_ops[spans["layer"]], comms, cfg, m * int(L.sum()))
+    M, RM = wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
+    per_gpu_layers = m * int(L.sum(axis=1).max())
+    layer = _block_times(wl.layer, t_ops[spans["layer"]], comms, cfg, per_gpu_layers)
+    moe = (_block_times(wl.moe_layer, t_ops[spans["moe_layer"]], comms, cfg, m * int(M.sum(axis=1).max()))
+           if wl.moe_layer is not None else None)
     emb = _block_times(wl.embedding, t_ops[spans["embedding"]], comms, cfg, m)
     head = _block_times(wl.head, t_ops[spans["head"]], comms, cfg, m)
+    # (block, layers per chunk, recomputed layers per chunk) for the dense and the MoE layers
+    kinds = [(layer, L - M, R - RM)] + ([(moe, M, RM)] if moe is not None else [])
 
     def part(b, kind):
         """Per-micro-batch seconds of one block: kind 'fwd', 'bwd' or 'recompute'."""
-        return b[f"compute_{kind}"] + b[f"tp_{kind}"] + b[f"cp_{kind}"]
+        return b[f"compute_{kind}"] + b[f"tp_{kind}"] + b[f"cp_{kind}"] + b[f"ep_{kind}"]
 
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
     fsdp_f = fsdp_b = first_gather = 0.0
     if zero >= 3 and t.dp * t.cp > 1:
         fsdp_f, fsdp_b, first_gather = _fsdp_exposed(cfg, wl, comms, part(layer, "fwd"), part(layer, "bwd"))
-    fwd_s = L * (part(layer, "fwd") + fsdp_f)
-    bwd_s = L * (part(layer, "bwd") + fsdp_b) + R * part(layer, "recompute")
+    fwd_s = L * fsdp_f
+    bwd_s = L * fsdp_b
+    for blk, n_l, n_r in kinds:
+        fwd_s = fwd_s + n_l * part(blk, "fwd")
+        bwd_s = bwd_s + n_l * part(blk, "bwd") + n_r * part(blk, "recompute")
     fwd_s[0, 0] += part(emb, "fwd") + first_gather  # the first layer's weights cannot be prefetched
     bwd_s[0, 0] += part(emb, "bwd")
     fwd_s[p - 1, v - 1] += part(head, "fwd")
@@ -289,18 +322,20 @@ def simulate(config=None, **overrides) -> Result:
 
     stages = []
     for s in range(p):
-        n_l, n_r = m * int(L[s].sum()), m * int(R[s].sum())
-        comp = n_l * (layer["compute_fwd"] + layer["compute_bwd"]) + n_r * layer["compute_recompute"]
-        tp_c = n_l * (layer["tp_fwd"] + layer["tp_bwd"]) + n_r * layer["tp_recompute"]
-        cp_c = n_l * (layer["cp_fwd"] + layer["cp_bwd"]) + n_r * layer["cp_recompute"]
-        dp_c = n_l * (fsdp_f + fsdp_b) + dp_x[s] + (m * first_gather if s == 0 else 0.0)
+        tot = dict.fromkeys(("compute", "tp", "cp", "ep"), 0.0)
+        for blk, n_l, n_r in kinds:
+            nl, nr = m * int(n_l[s].sum()), m * int(n_r[s].sum())
+            for key in tot:
+                tot[key] += nl * (blk[f"{key}_fwd"] + blk[f"{key}_bwd"]) + nr * blk[f"{key}_recompute"]
         for blk, on in ((emb, s == 0), (head, s == p - 1)):
             if on:
-                comp += m * (blk["compute_fwd"] + blk["compute_bwd"])
-                tp_c += m * (blk["tp_fwd"] + blk["tp_bwd"])
-        bubble = max(0.0, step - comp - tp_c - cp_c - dp_c - opt_s[s] - pp_exposed)
-        stages.append(StageBreakdown(stage=s, compute_s=comp, tp_comm_s=tp_c, cp_comm_s=cp_c,
-                                     pp_comm_s=pp_exposed, dp_comm_s=dp_c, bubble_s=bubble, optimizer_s=opt_s[s],
+                tot["compute"] += m * (blk["compute_fwd"] + blk["compute_bwd"])
+                tot["tp"] += m * (blk["tp_fwd"] + blk["tp_bwd"])
+        dp_c = m * int(L[s].sum()) * (fsdp_f + fsdp_b) + dp_x[s] + (m * first_gather if s == 0 else 0.0)
+        busy = sum(tot.values()) + dp_c + opt_s[s] + pp_exposed
+        stages.append(StageBreakdown(stage=s, compute_s=tot["compute"], tp_comm_s=tot["tp"], cp_comm_s=tot["cp"],
+                                     ep_comm_s=tot["ep"], pp_comm_s=pp_exposed, dp_comm_s=dp_c,
+                                     bubble_s=max(0.0, step - busy), optimizer_s=float(opt_s[s]),
                                      memory_bytes=mems[s].total_bytes))
 
     tokens = cfg.tokens_per_step
@@ -308,9 +343,12 @@ def simulate(config=None, **overrides) -> Result:
     flops_ops = ops["flops"].to_numpy() * ops["count"].to_numpy()
     is_rec = ops["phase"].to_numpy() == "recompute"
     fb = {name: float(flops_ops[sl][~is_rec[sl]].sum()) for name, sl in spans.items()}
-    rec_layer = float(flops_ops[spans["layer"]][is_rec[spans["layer"]]].sum())
+    rec = {k: float(flops_ops[spans[k]][is_rec[spans[k]]].sum()) for k in spans}
     # every GPU of a stage runs the same ops: sum one GPU per stage, times the GPUs per stage
-    per_stage_gpu = m * (L.sum() * fb["layer"] + R.sum() * rec_layer + fb["embedding"] + fb["head"])
+    per_stage_gpu = m * ((L - M).sum() * fb["layer"] + (R - RM).sum() * rec["layer"] + fb["embedding"]
+                         + fb["head"])
+    if "moe_layer" in spans:
+        per_stage_gpu += m * (M.sum() * fb["moe_layer"] + RM.sum() * rec["moe_layer"])
     hardware_flops = float(per_stage_gpu) * t.tp * t.cp * t.dp
     n_gpus = cfg.cluster.num_gpus
     peak = gpu.peak("fp16" if t.precision == "fp16" else "bf16")

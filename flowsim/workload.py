@@ -82,26 +82,37 @@ class Workload:
     Attributes
     ----------
     layer, embedding, head : OpSet
-        Per-micro-batch blocks (see module docstring).
+        Per-micro-batch blocks (see module docstring); ``layer`` has a dense MLP.
+    moe_layer : OpSet or None
+        A layer whose MLP is routed experts (MoE models only).
     chunk_layers : int64[p, v]
         Transformer layers of model chunk ``c`` on pipeline stage ``s`` (see :func:`chunk_layer_counts`).
     chunk_recompute_layers : int64[p, v]
         Layers of each chunk whose forward is re-run in backward (full recompute).
+    chunk_moe_layers, chunk_recompute_moe_layers : int64[p, v]
+        How many of those are MoE layers.
     p2p_bytes : float
         Bytes of the activation (or its gradient) one GPU sends to the next stage per micro-batch.
     stage_params : tuple[float, ...]
-        Parameters held by one GPU of each stage before any ZeRO sharding (TP-sharded), count.
+        Parameters held by one GPU of each stage before any ZeRO sharding (TP-sharded), routed experts
+        excluded, count.
+    stage_expert_params : tuple[float, ...]
+        Routed-expert parameters held by one GPU of each stage (sharded over the expert-parallel group).
     gemm_dtype : str
         Dtype of the GEMMs (``fp8`` runs the linear layers in FP8, everything else in 16-bit).
     """
 
     layer: OpSet
+    moe_layer: OpSet | None
     embedding: OpSet
     head: OpSet
     chunk_layers: np.ndarray
     chunk_recompute_layers: np.ndarray
+    chunk_moe_layers: np.ndarray
+    chunk_recompute_moe_layers: np.ndarray
     p2p_bytes: float
     stage_params: tuple
+    stage_expert_params: tuple
     gemm_dtype: str
 
 
@@ -218,8 +229,11 @@ def _tp_comms(comms, tp, sp, act_bytes, phase):
         comms.append(_comm("tp", "allreduce", act_bytes, phase))
 
 
-def build_layer(cfg: SimConfig) -> OpSet:
-    """One transformer layer, one micro-batch, one GPU (see module docstring)."""
+def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
+    """One transformer layer, one micro-batch, one GPU (see module docstring).
+
+    ``moe`` replaces the dense MLP by routed experts (:func:`flowsim.moe.moe_mlp_ops`).
+    """
     m, t = cfg.model, cfg.training
     tp, cp, sp = t.tp, t.cp, t.sequence_parallel
     b, s = t.micro_batch_size, cfg.seq_length
@@ -253,13 +267,18 @@ def build_layer(cfg: SimConfig) -> OpSet:
 
     # attention block
     norm("input_norm")
-    qkv_out = (heads + 2 * groups) * d
-    _linear(rows, "qkv", tokens, qkv_out, h, dt, full)
+    if m.multi_latent_attention:
+        d = _mla_projections(rows, m, tokens, heads, dt, full)
+        groups = heads
+    else:
+        qkv_out = (heads + 2 * groups) * d
+        _linear(rows, "qkv", tokens, qkv_out, h, dt, full)
+    rope_heads = (heads + groups) * d if not m.multi_latent_attention else (heads + 1) * m.qk_pos_emb_head_dim
     if m.position_embedding == "rope":
-        rows.append(_memory("rope", tokens * (heads + groups) * d * ROPE_BYTES, "fwd"))
-        rows.append(_memory("rope.bwd", tokens * (heads + groups) * d * ROPE_BYTES, "bwd"))
+        rows.append(_memory("rope", tokens * rope_heads * ROPE_BYTES, "fwd"))
+        rows.append(_memory("rope.bwd", tokens * rope_heads * ROPE_BYTES, "bwd"))
         if full:
-            rows.append(_memory("rope", tokens * (heads + groups) * d * ROPE_BYTES, "recompute"))
+            rows.append(_memory("rope", tokens * rope_heads * ROPE_BYTES, "recompute"))
     # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
     # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
     attn_phases = ("fwd", "bwd") + (("recompute",) if full or t.recompute_granularity == "selective" else ())
@@ -269,24 +288,26 @@ def build_layer(cfg: SimConfig) -> OpSet:
                                    True, ph))
         else:
             rows.extend(_unfused_attention(b * heads, s, d, m.hidden_dropout > 0, ph))
-    _linear(rows, "attn_out", tokens, h, heads * d, dt, full)
+    v_dim = m.v_head_dim if m.multi_latent_attention else d
+    _linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     residual("attn_residual")
+    for ph in phases:
+        _tp_comms(comms, tp, sp, act, ph)
 
     # MLP block
     norm("post_attn_norm")
-    fc1_out = (2 if m.gated else 1) * f // tp
-    _linear(rows, "fc1", tokens, fc1_out, h, dt, full)
-    act_fwd = tokens * (fc1_out + f // tp) * ACT_BYTES          # read pre-activation, write activation
-    act_bwd = tokens * (fc1_out * 2 + f // tp) * ACT_BYTES      # read pre-act and grad, write grad
-    rows.append(_memory("activation", act_fwd, "fwd"))
-    rows.append(_memory("activation.bwd", act_bwd, "bwd"))
-    if full:
-        rows.append(_memory("activation", act_fwd, "recompute"))
-    _linear(rows, "fc2", tokens, h, f // tp, dt, full)
-    residual("mlp_residual")
-    for _block in ("attention", "mlp"):
+    if moe:
+        from flowsim.moe import moe_mlp_ops
+
+        moe_mlp_ops(cfg, rows, comms, tokens, dt, full)
+        if m.moe_shared_expert_intermediate_size:
+            mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt, full, "shared_")
+    else:
+        mlp_ops(rows, m, tokens, f // tp, dt, full)
+    if not moe or m.moe_shared_expert_intermediate_size:
         for ph in phases:
             _tp_comms(comms, tp, sp, act, ph)
+    residual("mlp_residual")
 
     if cp > 1:
         # Ring attention: each CP rank passes its K and V chunk around the ring (cp - 1 steps) in forward,
@@ -298,6 +319,35 @@ def build_layer(cfg: SimConfig) -> OpSet:
         if full or t.recompute_granularity == "selective":
             comms.append(_comm("cp", "sendrecv", kv_chunk, "recompute", overlap="attention", count=cp - 1))
     return _finish(rows, comms)
+
+
+def mlp_ops(rows, m, tokens, width, dt, full, prefix=""):
+    """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens."""
+    fc1_out = (2 if m.gated else 1) * width
+    _linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, full)
+    act_fwd = tokens * (fc1_out + width) * ACT_BYTES          # read pre-activation, write activation
+    act_bwd = tokens * (fc1_out * 2 + width) * ACT_BYTES      # read pre-activation and grad, write grad
+    rows.append(_memory(f"{prefix}activation", act_fwd, "fwd"))
+    rows.append(_memory(f"{prefix}activation.bwd", act_bwd, "bwd"))
+    if full:
+        rows.append(_memory(f"{prefix}activation", act_fwd, "recompute"))
+    _linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, full)
+
+
+def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
+    """DeepSeek-V2/V3 multi-head latent attention projections (local ``heads``); returns the head dim the
+    attention kernel sees (mean of the QK and V head dims: same FLOPs as QK^T at qk dim plus PV at v dim).
+    """
+    h = m.hidden_size
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    if m.q_lora_rank:
+        _linear(rows, "q_down", tokens, m.q_lora_rank, h, dt, full)
+        _linear(rows, "q_up", tokens, heads * qk, m.q_lora_rank, dt, full)
+    else:
+        _linear(rows, "q_proj", tokens, heads * qk, h, dt, full)
+    _linear(rows, "kv_down", tokens, m.kv_lora_rank + m.qk_pos_emb_head_dim, h, dt, full)
+    _linear(rows, "kv_up", tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, dt, full)
+    return (qk + m.v_head_dim) // 2
 
 
 def build_embedding(cfg: SimConfig) -> OpSet:
@@ -353,20 +403,27 @@ def build_head(cfg: SimConfig) -> OpSet:
     return _finish(rows, comms)
 
 
-def layer_params(cfg: SimConfig) -> float:
-    """Parameters of one transformer layer held by one TP rank."""
+def layer_params(cfg: SimConfig, moe: bool = False) -> float:
+    """Parameters of one transformer layer held by one GPU, routed experts excluded (see
+    :func:`flowsim.moe.expert_params_per_gpu`): TP-sharded weights plus replicated norms and router."""
     m, tp = cfg.model, cfg.training.tp
     h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
     a, g = m.num_attention_heads, m.num_query_groups
-    sharded = h * d * (a + 2 * g) + a * d * h + h * f * (2 if m.gated else 1) + f * h
+    if moe:
+        sharded = m.attention_weights() + m.mlp_weights(m.moe_shared_expert_intermediate_size)
+        replicated = h * m.num_moe_experts  # router
+    else:
+        sharded = m.attention_weights() + m.mlp_weights(f)
+        replicated = 0
     if m.add_bias_linear:
         sharded += d * (a + 2 * g) + f * (2 if m.gated else 1)
-    replicated = 2 * h * (2 if m.normalization == "layernorm" else 1) + (2 * h if m.add_bias_linear else 0)
+    replicated += 2 * h * (2 if m.normalization == "layernorm" else 1) + (2 * h if m.add_bias_linear else 0)
     return sharded / tp + replicated
 
 
-def chunk_layer_counts(cfg: SimConfig) -> np.ndarray:
-    """Transformer layers per (pipeline stage, model chunk), int64[p, v].
+def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
+    """Transformer layers per (pipeline stage, model chunk), int64[p, v] (and, ``with_moe``, how many of
+    them are MoE layers, same shape).
 
     Virtual stage ``k = c * p + s`` (Megatron-LM's interleaved assignment) holds layers in order. With
     ``account_for_embedding_in_pipeline_split`` (``..._loss_...``) the embedding (loss) counts as one
@@ -387,18 +444,25 @@ def chunk_layer_counts(cfg: SimConfig) -> np.ndarray:
     per[0] -= e
     per[-1] -= lo
     counts = np.zeros((p, v), dtype=np.int64)
+    moe = np.zeros((p, v), dtype=np.int64)
+    start = 0
     for idx in range(k):
         counts[idx % p, idx // p] = per[idx]
-    return counts
+        moe[idx % p, idx // p] = sum(cfg.model.moe_layer(i) for i in range(start, start + per[idx]))
+        start += per[idx]
+    return (counts, moe) if with_moe else counts
 
 
-def stage_params(cfg: SimConfig, chunk_layers: np.ndarray) -> tuple:
-    """Parameters held by one GPU of each pipeline stage (TP-sharded, before ZeRO sharding)."""
+def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarray | None = None) -> tuple:
+    """Parameters held by one GPU of each pipeline stage, routed experts excluded (TP-sharded, before ZeRO
+    sharding)."""
     m, t = cfg.model, cfg.training
     h, v = m.hidden_size, padded_vocab(cfg)
+    moe_layers = np.zeros_like(chunk_layers) if moe_layers is None else moe_layers
     out = []
     for s in range(t.pp):
-        n = int(chunk_layers[s].sum()) * layer_params(cfg)
+        n_moe = int(moe_layers[s].sum())
+        n = (int(chunk_layers[s].sum()) - n_moe) * layer_params(cfg) + n_moe * layer_params(cfg, moe=True)
         if s == 0:
             n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
         if s == t.pp - 1:
@@ -412,22 +476,32 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray) -> tuple:
 
 def build_workload(cfg: SimConfig) -> Workload:
     """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig)."""
+    from flowsim.moe import expert_params_per_gpu
+
     t = cfg.training
-    layers = chunk_layer_counts(cfg)
+    layers, moe = chunk_layer_counts(cfg, with_moe=True)
     if t.recompute_granularity == "full":
         rec = np.minimum(layers, t.recompute_num_layers) if t.recompute_num_layers else layers.copy()
     else:
         rec = np.zeros_like(layers)
+    # recomputed layers split between the kinds in proportion (layers of a chunk are recomputed in order)
+    rec_moe = np.where(layers > 0, np.rint(rec * moe / np.maximum(layers, 1)), 0).astype(np.int64)
     tokens = t.micro_batch_size * cfg.seq_length // t.cp
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
+    is_moe = cfg.model.is_moe
     return Workload(
         layer=build_layer(cfg),
+        moe_layer=build_layer(cfg, moe=True) if is_moe else None,
         embedding=build_embedding(cfg),
         head=build_head(cfg),
         chunk_layers=layers,
         chunk_recompute_layers=rec,
+        chunk_moe_layers=moe,
+        chunk_recompute_moe_layers=rec_moe,
         p2p_bytes=float(p2p),
-        stage_params=stage_params(cfg, layers),
+        stage_params=stage_params(cfg, layers, moe),
+        stage_expert_params=tuple(float(moe[s].sum()) * (expert_params_per_gpu(cfg) if is_moe else 0.0)
+                                  for s in range(t.pp)),
         gemm_dtype="fp8" if t.precision == "fp8" else "bf16",
     )
 
@@ -435,14 +509,19 @@ def build_workload(cfg: SimConfig) -> Workload:
 def model_flops_per_token(cfg: SimConfig) -> float:
     """Useful training FLOPs per token (forward + backward, no recompute), causal attention.
 
-    ``6 * N`` for the dense GEMMs, where N counts every transformer weight matrix and the LM head
-    (not the embedding lookup), plus ``6 * 2 * layers * seq * heads * kv_channels / 2`` for the
-    attention scores and their product with V (causal: half of the square is computed).
+    ``6 * N`` for the GEMMs, where N counts every transformer weight matrix (for MoE layers the router, the
+    shared experts and the ``topk`` routed experts a token visits) and the LM head (not the embedding
+    lookup), plus ``6 * 2 * layers * seq * heads * head_dim / 2`` for the attention scores and their
+    product with V (causal: half of the square is computed; MLA uses the mean of its QK and V head dims).
     """
     m = cfg.model
-    h, d, f, l = m.hidden_size, m.kv_channels, m.ffn_hidden_size, m.num_layers
-    a, g = m.num_attention_heads, m.num_query_groups
-    per_layer = h * d * (a + 2 * g) + a * d * h + h * f * (2 if m.gated else 1) + f * h
-    dense = l * per_layer + h * m.vocab_size
-    attention = 2.0 * l * cfg.seq_length * a * d * 0.5
-    return 6.0 * dense + 6.0 * attention
+    n_moe = m.moe_layer_count()
+    dense_layers = m.num_layers - n_moe
+    per_moe = (m.moe_router_topk * m.mlp_weights(m.moe_ffn_hidden_size)
+               + m.mlp_weights(m.moe_shared_expert_intermediate_size) + m.hidden_size * m.num_moe_experts)
+    weights = (m.num_layers * m.attention_weights() + dense_layers * m.mlp_weights(m.ffn_hidden_size)
+               + n_moe * per_moe + m.hidden_size * m.vocab_size)
+    head_dim = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2 if m.multi_latent_attention \
+        else m.kv_channels
+    attention = 2.0 * m.num_layers * cfg.seq_length * m.num_attention_heads * head_dim * 0.5
+    return 6.0 * weights + 6.0 * attention

@@ -22,7 +22,8 @@ RUNS = "curated/training_runs_public.csv"
 BASE_ROW = {
     "id": 1, "source": "test", "model": "m1", "num_layers": 4, "hidden_size": 1024, "ffn_hidden_size": 4096,
     "num_attention_heads": 16, "num_query_groups": 16, "kv_channels": 64, "seq_length": 2048,
-    "vocab_size": 51200, "gated_mlp": 0, "moe_num_experts": 0, "global_batch_size": 64, "micro_batch_size": 1,
+    "vocab_size": 51200, "gated_mlp": 0, "moe_num_experts": 0, "moe_topk": 0, "moe_ffn_hidden_size": 0,
+    "moe_shared_experts": 0, "ep": 1, "global_batch_size": 64, "micro_batch_size": 1,
     "gpu": "h100-sxm", "num_gpus": 8, "gpus_per_node": 8, "nic_gbps_per_gpu": 400, "tp": 1, "pp": 1, "vpp": 1,
     "dp": 8, "cp": 1, "sp": 0, "zero_stage": 1, "distributed_optimizer": 1, "recompute": "none",
     "precision": "bf16", "measured_step_time_s": 1.0,
@@ -109,7 +110,7 @@ def test_to_dict_keys(tmp_path):
     assert set(d) == {"rows", "summary", "skipped"}
     assert set(d["summary"]) == {"n", "median_abs_error_pct", "mape_pct", "p90_abs_error_pct", "spearman"}
     assert {"id", "predicted_step_time_s", "measured_step_time_s", "error_pct", "assumptions"} <= set(d["rows"][0])
-    assert d["skipped"] == [{"id": 3, "reason": "MoE not yet supported (moe_num_experts=8)"}]
+    assert d["skipped"] == [{"id": 3, "reason": "moe_router_topk: must be a positive integer (got 0)"}]
     json.dumps(d)
 
 
@@ -123,7 +124,7 @@ def test_every_shared_row_runs_or_is_skipped_with_a_reason(shared_data):
     assert all(s.reason for s in report.skipped)
     reasons = {s.id: s.reason for s in report.skipped}
     assert reasons[20] == "tp: empty in the runs CSV; needed to simulate the row"
-    assert reasons[63] == "MoE not yet supported (moe_num_experts=256)"
+    assert 63 not in reasons  # MoE rows run (DeepSeek-V3 with MLA and 3 dense layers from its notes)
     assert reasons[205] == "no measured step time"
     assert report.summary.n == len(report.rows) > 0
 
@@ -280,19 +281,18 @@ def test_cli_table(cli, shared_data):
     assert lines[0].split()[:6] == ["id", "model", "gpu", "GPUs", "tp/pp/dp/cp", "predicted"]
     assert any(line.startswith("median |error| ") and "MAPE" in line and "Spearman" in line for line in lines)
     assert "per source:" in lines
-    assert "  id 63: MoE not yet supported (moe_num_experts=256)" in lines
     assert "  id 205: no measured step time" in lines
 
 
 def test_cli_json(cli, shared_data):
-    res = cli("validate", str(shared_data / RUNS), "--json", "--only-ids", "1,63")
+    res = cli("validate", str(shared_data / RUNS), "--json", "--only-ids", "1,205")
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert set(d) == {"rows", "summary", "skipped"}
     assert [r["id"] for r in d["rows"]] == [1]
     assert {"id", "predicted_step_time_s", "measured_step_time_s", "error_pct"} <= set(d["rows"][0])
     assert d["summary"]["n"] == 1 and d["summary"]["spearman"] is None
-    assert d["skipped"] == [{"id": 63, "reason": "MoE not yet supported (moe_num_experts=256)"}]
+    assert d["skipped"] == [{"id": 205, "reason": "no measured step time"}]
 
 
 def test_cli_bad_input_exits_2(cli, tmp_path):

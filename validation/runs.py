@@ -47,7 +47,8 @@ from flowsim.errors import ConfigError
 
 NUMERIC_COLUMNS = (
     "id", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-    "kv_channels", "seq_length", "vocab_size", "gated_mlp", "moe_num_experts", "global_batch_size",
+    "kv_channels", "seq_length", "vocab_size", "gated_mlp", "moe_num_experts", "moe_topk", "moe_ffn_hidden_size",
+    "moe_shared_experts", "ep", "global_batch_size",
     "micro_batch_size", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu", "tp", "pp", "vpp", "dp", "cp", "sp",
     "zero_stage", "distributed_optimizer", "measured_step_time_s",
 )
@@ -372,6 +373,8 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
         if value:
             model[name] = value
 
+    model.update(_moe_fields(row, assumptions))
+
     gpu = need("gpu")
     num_gpus, gpus_per_node = need("num_gpus"), need("gpus_per_node")
     cluster = {"gpu": gpu, "num_gpus": num_gpus}
@@ -406,6 +409,7 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
         "pipeline_model_parallel_size": pp,
         "data_parallel_size": need("dp"),
         "context_parallel_size": need("cp"),
+        "expert_model_parallel_size": default("ep", 1, "assumed 1"),
         "virtual_pipeline_model_parallel_size": default(
             "vpp", 1, pp_text if isinstance(pp, int) and pp > 1 else "assumed 1"),
         "sequence_parallel": default("sp", int(isinstance(tp, int) and tp > 1),
@@ -420,6 +424,37 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
     }
     training.update(_software_facts(row, model["num_layers"], training, assumptions))
     return {"model": model, "cluster": cluster, "training": training}, tuple(assumptions)
+
+
+def _moe_fields(row: Mapping, assumptions: list) -> dict:
+    """MoE model fields of a row: experts, top-k, expert width, shared experts (as one shared MLP of
+    ``moe_shared_experts * moe_ffn_hidden_size``), and from the notes the facts the schema has no column for:
+    leading dense layers ("first N layers dense") and DeepSeek MLA ranks ("q_lora_rank 1536, kv_lora_rank
+    512, qk head dim 128 nope + 64 rope, v head dim 128")."""
+    experts = row["moe_num_experts"]
+    if not _known(experts) or experts <= 0:
+        return {}
+    if not _known(row["moe_topk"]):
+        raise ConfigError("moe_topk", "empty in the runs CSV; needed to simulate the row")
+    out = {"num_moe_experts": int(experts), "moe_router_topk": int(row["moe_topk"])}
+    if _known(row["moe_ffn_hidden_size"]) and row["moe_ffn_hidden_size"] > 0:
+        out["moe_ffn_hidden_size"] = int(row["moe_ffn_hidden_size"])
+    shared = row["moe_shared_experts"]
+    if _known(shared) and shared > 0:
+        out["moe_shared_expert_intermediate_size"] = int(shared) * out.get("moe_ffn_hidden_size", 0)
+    notes = str(row.get("notes", ""))
+    dense = re.search(r"first (\d+) layers dense", notes)
+    if dense:
+        out["moe_first_k_dense"] = int(dense.group(1))
+        assumptions.append(f"moe_first_k_dense: {dense.group(1)} (from the notes)")
+    mla = re.search(r"q_lora_rank (\d+), kv_lora_rank (\d+), qk head dim (\d+) nope \+ (\d+) rope, "
+                    r"v head dim (\d+)", notes)
+    if mla:
+        q, kv, qk, rope, v = (int(x) for x in mla.groups())
+        out.update(multi_latent_attention=True, q_lora_rank=q, kv_lora_rank=kv, qk_head_dim=qk,
+                   qk_pos_emb_head_dim=rope, v_head_dim=v)
+        assumptions.append("attention: MLA (ranks from the notes)")
+    return out
 
 
 def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list) -> dict:
@@ -505,9 +540,6 @@ def _skip_reason(row: Mapping) -> str | None:
         return "no measured step time"
     if not measured > 0:
         return f"measured_step_time_s: must be > 0 (got {measured:g})"
-    experts = row["moe_num_experts"]
-    if _known(experts) and experts > 0:
-        return f"MoE not yet supported (moe_num_experts={experts:g})"
     try:
         get_gpu(row["gpu"])
     except ConfigError:

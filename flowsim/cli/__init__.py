@@ -40,3 +40,7 @@ main.add_command(kernels)
 from flowsim.cli.topo import topo  # noqa: E402
 
 main.add_command(topo)
+
+from flowsim.cli.simai_cmd import simai  # noqa: E402
+
+main.add_command(simai)

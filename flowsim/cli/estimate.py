@@ -28,7 +28,7 @@ def _report(r) -> str:
         f"{c['nics_per_node']} x {c['nic_gbps']:g} Gb/s NICs)",
         f"layout tp={t['tensor_model_parallel_size']} pp={t['pipeline_model_parallel_size']} "
         f"vpp={t['virtual_pipeline_model_parallel_size']} dp={t['data_parallel_size']} "
-        f"cp={t['context_parallel_size']} sp={int(t['sequence_parallel'])}  mbs={t['micro_batch_size']} "
+        f"cp={t['context_parallel_size']} ep={t['expert_model_parallel_size']} sp={int(t['sequence_parallel'])}  mbs={t['micro_batch_size']} "
         f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={t['recompute_granularity']} "
         f"precision={t['precision']} schedule={t['pipeline_schedule']}",
         "",
@@ -41,11 +41,11 @@ def _report(r) -> str:
         + ("" if r.fits_memory else "   DOES NOT FIT"),
         "",
     ]
-    rows = [dict(stage=s.stage, compute=s.compute_s, tp=s.tp_comm_s, cp=s.cp_comm_s, pp=s.pp_comm_s,
+    rows = [dict(stage=s.stage, compute=s.compute_s, tp=s.tp_comm_s, cp=s.cp_comm_s, ep=s.ep_comm_s, pp=s.pp_comm_s,
                  dp=s.dp_comm_s, bubble=s.bubble_s, opt=s.optimizer_s, mem=s.memory_bytes / 1e9)
              for s in r.stages]
     cols = [("stage", "stage", "d"), ("compute", "compute s", ".3f"), ("tp", "TP comm s", ".3f"),
-            ("cp", "CP comm s", ".3f"), ("pp", "PP comm s", ".3f"), ("dp", "DP comm s", ".3f"),
+            ("cp", "CP comm s", ".3f"), ("ep", "EP comm s", ".3f"), ("pp", "PP comm s", ".3f"), ("dp", "DP comm s", ".3f"),
             ("bubble", "bubble s", ".3f"), ("opt", "optimizer s", ".3f"), ("mem", "memory GB", ".1f")]
     if len(rows) > 8:
         rows = rows[:2] + rows[-2:]
@@ -76,6 +76,7 @@ def _report(r) -> str:
 @click.option("--vpp", type=POS_INT, help="Model chunks per pipeline rank (interleaved 1F1B when > 1).")
 @click.option("--dp", type=POS_INT, help="Data-parallel size (default: GPUs / (tp*pp*cp)).")
 @click.option("--cp", type=POS_INT, help="Context-parallel size.")
+@click.option("--ep", type=POS_INT, help="Expert-parallel size (MoE models).")
 @click.option("--sp/--no-sp", default=None, help="Sequence parallelism with TP.")
 @click.option("--mbs", type=POS_INT, help="Micro-batch size (sequences).")
 @click.option("--gbs", type=POS_INT, help="Global batch size (sequences per step).")
@@ -91,7 +92,7 @@ def _report(r) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
-             cp, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
+             cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
              as_json):
     """Predict step time, throughput, MFU and memory of one training step.
 
@@ -105,7 +106,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     from flowsim.simulate import simulate
 
     overrides = dict(model=model, cluster=cluster, gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
-                     nics_per_node=nics_per_node, nic_gbps=nic_gbps, tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp,
+                     nics_per_node=nics_per_node, nic_gbps=nic_gbps, tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep,
                      sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
                      use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
                      precision=precision, pipeline_schedule=schedule)

@@ -42,6 +42,23 @@ class ModelConfig:
         Separate input embedding and LM head matrices.
     add_bias_linear : bool
         Linear layers carry biases (GPT-2/3 style).
+    num_moe_experts : int
+        Routed experts per MoE layer (0 = dense model).
+    moe_router_topk : int
+        Experts each token is routed to.
+    moe_ffn_hidden_size : int
+        Intermediate width of one expert (default ``ffn_hidden_size``).
+    moe_shared_expert_intermediate_size : int
+        Total intermediate width of the shared experts (0 = none).
+    moe_layer_freq : int
+        Every ``moe_layer_freq``-th layer is MoE (Megatron-LM ``--moe-layer-freq``), after
+        ``moe_first_k_dense`` leading dense layers (DeepSeek-V3 ``first_k_dense_replace``).
+    moe_first_k_dense : int
+        Leading layers that keep a dense MLP.
+    multi_latent_attention : bool
+        DeepSeek multi-head latent attention (MLA) with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
+        ``qk_pos_emb_head_dim`` and ``v_head_dim`` (Megatron-LM argument names; ``q_lora_rank`` 0 means no
+        query compression).
     hidden_dropout : float
         Dropout probability after attention and MLP (Megatron ``--hidden-dropout``); > 0 adds the dropout
         kernels and their 1-byte masks to memory.
@@ -63,16 +80,40 @@ class ModelConfig:
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     hidden_dropout: float = 0.0
+    num_moe_experts: int = 0
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int = 0
+    moe_shared_expert_intermediate_size: int = 0
+    moe_layer_freq: int = 1
+    moe_first_k_dense: int = 0
+    multi_latent_attention: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 512
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
     name: str = "custom"
 
     def __post_init__(self):
         if not self.ffn_hidden_size and isinstance(self.hidden_size, int):
             object.__setattr__(self, "ffn_hidden_size", 4 * self.hidden_size)
+        if not self.moe_ffn_hidden_size and isinstance(self.ffn_hidden_size, int):
+            object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
         if not self.num_query_groups and isinstance(self.num_attention_heads, int):
             object.__setattr__(self, "num_query_groups", self.num_attention_heads)
         if (not self.kv_channels and isinstance(self.hidden_size, int)
                 and isinstance(self.num_attention_heads, int) and self.num_attention_heads > 0):
             object.__setattr__(self, "kv_channels", self.hidden_size // self.num_attention_heads)
+
+    @property
+    def is_moe(self) -> bool:
+        """True when some layers route tokens to experts."""
+        return self.num_moe_experts > 0
+
+    def moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) has a routed-expert MLP."""
+        return (self.is_moe and index >= self.moe_first_k_dense
+                and (index - self.moe_first_k_dense) % self.moe_layer_freq == 0)
 
     @property
     def gated(self) -> bool:
@@ -89,6 +130,21 @@ class ModelConfig:
         if self.num_attention_heads % self.num_query_groups:
             raise ConfigError("num_query_groups", "must divide num_attention_heads",
                               f"{self.num_query_groups} and {self.num_attention_heads}")
+        for name in ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(name, "must be a non-negative integer", v)
+        for name in ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
+                     "qk_pos_emb_head_dim", "v_head_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(name, "must be a positive integer", v)
+        if self.is_moe and self.moe_router_topk > self.num_moe_experts:
+            raise ConfigError("moe_router_topk", "must not exceed num_moe_experts",
+                              f"{self.moe_router_topk} > {self.num_moe_experts}")
+        if not self.is_moe and (self.moe_shared_expert_intermediate_size or self.moe_first_k_dense):
+            raise ConfigError("num_moe_experts", "MoE options need a mixture-of-experts model (num_moe_experts > 0)",
+                              0)
         if not 0.0 <= self.hidden_dropout < 1.0:
             raise ConfigError("hidden_dropout", "must be in [0, 1)", self.hidden_dropout)
         if self.activation not in ACTIVATIONS:
@@ -99,18 +155,42 @@ class ModelConfig:
             raise ConfigError("position_embedding", f"must be one of {', '.join(POSITIONS)}",
                               self.position_embedding)
 
-    def num_parameters(self) -> int:
-        """Total trainable parameters (embedding and LM head counted once each when untied)."""
+    def attention_weights(self) -> int:
+        """Weight-matrix parameters of one attention block (QKV or MLA projections and the output)."""
+        h, d, a, g = self.hidden_size, self.kv_channels, self.num_attention_heads, self.num_query_groups
+        if self.multi_latent_attention:
+            qk = self.qk_head_dim + self.qk_pos_emb_head_dim
+            q = h * a * qk if not self.q_lora_rank else h * self.q_lora_rank + self.q_lora_rank * a * qk
+            kv = h * (self.kv_lora_rank + self.qk_pos_emb_head_dim) + self.kv_lora_rank * a * (
+                self.qk_head_dim + self.v_head_dim)
+            return q + kv + a * self.v_head_dim * h
+        return h * d * (a + 2 * g) + a * d * h
+
+    def mlp_weights(self, width: int) -> int:
+        """Weight-matrix parameters of one (gated or not) MLP of intermediate width ``width``."""
+        return self.hidden_size * width * (2 if self.gated else 1) + width * self.hidden_size
+
+    def moe_layer_count(self) -> int:
+        """Layers with routed experts."""
+        return sum(self.moe_layer(i) for i in range(self.num_layers))
+
+    def num_parameters(self, active: bool = False) -> int:
+        """Trainable parameters (embedding and LM head counted once each when untied).
+
+        With ``active`` only the experts a token is routed to count (``moe_router_topk`` per MoE layer).
+        """
         h, f, l, v = self.hidden_size, self.ffn_hidden_size, self.num_layers, self.vocab_size
         d, a, g = self.kv_channels, self.num_attention_heads, self.num_query_groups
-        attn = h * d * (a + 2 * g) + a * d * h
-        mlp = h * f * (2 if self.gated else 1) + f * h
         norms = 2 * h * (2 if self.normalization == "layernorm" else 1)
         biases = 0
         if self.add_bias_linear:
             biases = d * (a + 2 * g) + h + f * (2 if self.gated else 1) + h
-        per_layer = attn + mlp + norms + biases
+        n_moe = self.moe_layer_count()
+        experts = self.moe_router_topk if active else self.num_moe_experts
+        moe_mlp = (experts * self.mlp_weights(self.moe_ffn_hidden_size)
+                   + self.mlp_weights(self.moe_shared_expert_intermediate_size) + h * self.num_moe_experts)
+        layers = l * (self.attention_weights() + norms + biases) + (l - n_moe) * self.mlp_weights(f) + n_moe * moe_mlp
         emb = v * h * (2 if self.untie_embeddings_and_output_weights else 1)
         pos = self.seq_length * h if self.position_embedding == "learned" else 0
         final_norm = h * (2 if self.normalization == "layernorm" else 1)
-        return l * per_layer + emb + pos + final_norm
+        return layers + emb + pos + final_norm

@@ -87,9 +87,21 @@ class SimConfig:
         if t.sequence_parallel and self.seq_length % (t.tp * t.cp):
             raise ConfigError("seq_length", "must be divisible by tp * cp with sequence_parallel",
                               f"{self.seq_length} and {t.tp}*{t.cp}")
-        if t.ep > 1:
+        if t.ep > 1 and not m.is_moe:
             raise ConfigError("expert_model_parallel_size", "needs a mixture-of-experts model; "
                               "this model is dense", t.ep)
+        if m.is_moe:
+            if m.num_moe_experts % t.ep:
+                raise ConfigError("expert_model_parallel_size", "must divide num_moe_experts",
+                                  f"{t.ep} and {m.num_moe_experts}")
+            etp = t.expert_tensor_parallel_size
+            if (t.tp * t.cp * t.dp) % (t.ep * etp):
+                raise ConfigError("expert_model_parallel_size", "expert_model_parallel_size * "
+                                  "expert_tensor_parallel_size must divide tp * cp * dp",
+                                  f"{t.ep}*{etp} and {t.tp}*{t.cp}*{t.dp}")
+            if m.moe_ffn_hidden_size % etp:
+                raise ConfigError("moe_ffn_hidden_size", "must be divisible by expert_tensor_parallel_size",
+                                  f"{m.moe_ffn_hidden_size} and {etp}")
         if t.schedule == "interleaved" and self.num_microbatches % t.pp:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",

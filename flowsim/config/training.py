@@ -55,6 +55,9 @@ class TrainingConfig:
         ``even`` (every virtual stage holds ``num_layers / (pp * vpp)`` layers; anything else is an error) or
         ``balanced`` (the remainder layers go one each to the virtual stages after the first, as the
         uniform partitioners of DeepSpeed and torchtitan do).
+    expert_tensor_parallel_size : int
+        Tensor parallelism inside each expert (Megatron-LM ``--expert-tensor-parallel-size``; 1 = experts are
+        not split).
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
@@ -83,6 +86,7 @@ class TrainingConfig:
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_layer_split: str = "even"
+    expert_tensor_parallel_size: int = 1
     use_flash_attn: bool = True
 
     @property
@@ -119,7 +123,7 @@ class TrainingConfig:
     def validate(self) -> None:
         """Raise ConfigError for a field that breaks a rule on its own (cross-checks live in SimConfig)."""
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                     "expert_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                     "expert_model_parallel_size", "virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
                      "micro_batch_size"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

@@ -1,0 +1,91 @@
+"""Routed-expert (mixture-of-experts) MLP blocks: router, token dispatch, grouped expert GEMMs, combine.
+
+Follows Megatron-LM's MoE layer with the all-to-all token dispatcher (``moe_token_dispatcher_type:
+alltoall``, Megatron-LM ``core/transformer/moe``): each GPU routes its own tokens (the sequence shard with
+sequence parallelism), permutes them by expert, exchanges them with an all-to-all over the
+expert-parallel group, runs its ``E / ep`` local experts as one grouped GEMM per projection, and sends
+the outputs back with a second all-to-all, which the backward pass mirrors. Routing is taken as balanced
+(every expert receives ``tokens * topk / E`` of the group's tokens) and dropless; a capacity factor would
+cap, not raise, these counts.
+
+Expert-parallel ranks follow Megatron-LM's expert rank generator (order ``tp-ep-dp-pp`` with the expert
+tensor-parallel size as ``tp``): an expert-parallel group is ``ep`` consecutive GPUs when
+``expert_tensor_parallel_size`` is 1.
+"""
+from __future__ import annotations
+
+from flowsim.config import SimConfig
+
+ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
+
+
+def _ep_tokens(cfg: SimConfig, tokens: int) -> int:
+    """Tokens one GPU routes: its sequence shard with sequence parallelism, else all its tokens."""
+    t = cfg.training
+    return tokens // t.tp if t.sequence_parallel else tokens
+
+
+def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, full: bool) -> None:
+    """Append the compute rows and collectives of one MoE MLP for one micro-batch on one GPU.
+
+    Parameters
+    ----------
+    cfg : SimConfig
+        The job (model MoE fields, ``ep``, ``expert_tensor_parallel_size``).
+    rows, comms : list
+        Op rows and :class:`flowsim.workload.CommOp` tuples to extend.
+    tokens : int
+        Tokens entering the layer on this GPU (micro-batch x sequence / cp).
+    dt : str
+        GEMM dtype.
+    full : bool
+        Whether the forward is recomputed in backward.
+    """
+    from flowsim.workload import ACT_BYTES, _comm, _gemm, _linear, _memory
+
+    m, t = cfg.model, cfg.training
+    h, e, k = m.hidden_size, m.num_moe_experts, m.moe_router_topk
+    ep, etp = t.ep, t.expert_tensor_parallel_size
+    tok = _ep_tokens(cfg, tokens)
+    routed = tok * k                       # (token, expert) assignments this GPU sends and receives
+    local = e // ep                        # experts on this GPU
+    per_expert = max(routed * ep // e, 1)  # tokens each local expert processes (balanced routing)
+    width = m.moe_ffn_hidden_size // etp
+    fc1_out = (2 if m.gated else 1) * width
+    phases = ("fwd", "bwd") + (("recompute",) if full else ())
+
+    _linear(rows, "router", tok, e, h, "bf16", full)
+    for ph in phases:
+        rows.append(_memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))
+        # permute before dispatch and unpermute after combine: read and write every routed hidden vector
+        rows.append(_memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * routed * h * ACT_BYTES, ph))
+        rows.append(_memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * routed * h * ACT_BYTES, ph))
+        if ep > 1:
+            a2a = routed * h * ACT_BYTES  # nccl-tests size: all bytes one rank sends (itself included)
+            comms.append(_comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
+            comms.append(_comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
+
+    def grouped(name, mm, nn, kk, phase):
+        row = _gemm(name, mm, nn, kk, dt, phase)
+        row.update(batch=local, flops=row["flops"] * local, bytes=row["bytes"] * local)
+        rows.append(row)
+
+    for ph in ("fwd",) + (("recompute",) if full else ()):
+        grouped("expert_fc1", per_expert, fc1_out, h, ph)
+        grouped("expert_fc2", per_expert, h, width, ph)
+        rows.append(_memory("expert_activation", local * per_expert * (fc1_out + width) * ACT_BYTES, ph))
+    grouped("expert_fc1.dgrad", per_expert, h, fc1_out, "bwd")
+    grouped("expert_fc1.wgrad", h, fc1_out, per_expert, "bwd")
+    grouped("expert_fc2.dgrad", per_expert, width, h, "bwd")
+    grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
+    rows.append(_memory("expert_activation.bwd", local * per_expert * (2 * fc1_out + width) * ACT_BYTES, "bwd"))
+    if etp > 1:
+        # expert tensor parallelism: the expert output is reduce-scattered inside the expert TP group
+        for ph in phases:
+            comms.append(_comm("etp", "allreduce", routed * h * ACT_BYTES, ph))
+
+
+def expert_params_per_gpu(cfg: SimConfig) -> float:
+    """Routed-expert parameters of one MoE layer held by one GPU (its ``E / ep`` experts, ETP-sharded)."""
+    m, t = cfg.model, cfg.training
+    return (m.num_moe_experts // t.ep) * m.mlp_weights(m.moe_ffn_hidden_size) / t.expert_tensor_parallel_size

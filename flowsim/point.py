@@ -1,0 +1,159 @@
+"""One evaluated design point: the config's identity (a hash), its layout and the figures a study ranks by.
+
+:func:`evaluate` is the unit of work that the local process pool and Dask workers run: it checks memory
+first (cheap: the workload tables and :func:`flowsim.memory.stage_memory`, no timing) and only simulates
+configs that fit. It calls nothing but the public :func:`flowsim.simulate` to time a step, so a later
+engine (flow-level network simulation) plugs in unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+from flowsim._version import __version__
+from flowsim.config import SimConfig
+from flowsim.gpu_specs import get_gpu
+from flowsim.memory import stage_memory
+from flowsim.simulate import simulate
+from flowsim.space import Layout
+from flowsim.workload import build_workload
+
+COMPONENTS = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s")
+"""Breakdown components of the critical pipeline stage, seconds per step (see :class:`flowsim.Result`)."""
+COMM_COMPONENTS = ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s")
+
+
+def config_dict(cfg: SimConfig) -> dict:
+    """The full normalised config as a plain mapping (resolved: dp, sequence length and batch filled in)."""
+    return {"model": dataclasses.asdict(cfg.model), "cluster": dataclasses.asdict(cfg.cluster),
+            "training": dataclasses.asdict(cfg.training)}
+
+
+def config_key(cfg: SimConfig) -> str:
+    """SHA-256 (hex) of the normalised config and the flowsim version: the results store's key."""
+    text = json.dumps({"config": config_dict(cfg), "flowsim": __version__}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def peak_memory_bytes(cfg: SimConfig) -> float:
+    """Peak memory of the most loaded GPU of ``cfg``, bytes (the figure :func:`flowsim.simulate` reports)."""
+    wl = build_workload(cfg)
+    return max(stage_memory(cfg, wl, s).total_bytes for s in range(cfg.training.pp))
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """The figures of one simulated config that sweeps store and rank.
+
+    Attributes
+    ----------
+    key : str
+        :func:`config_key` of the config.
+    layout : Layout
+        Its parallel layout.
+    step_time_s : float
+        Seconds per optimizer step.
+    tokens_per_s : float
+        Job throughput, tokens per second.
+    mfu : float
+        Model FLOPs utilisation (fraction; convention of :class:`flowsim.Result`).
+    memory_bytes_per_gpu, memory_capacity_bytes : float
+        Peak memory of the most loaded GPU and its capacity, bytes.
+    fits_memory : bool
+        ``memory_bytes_per_gpu <= memory_capacity_bytes``.
+    breakdown : dict[str, float]
+        Critical pipeline stage's seconds per step by :data:`COMPONENTS`.
+    """
+
+    key: str
+    layout: Layout
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    memory_bytes_per_gpu: float
+    memory_capacity_bytes: float
+    fits_memory: bool
+    breakdown: dict
+
+    @property
+    def exposed_comm_share(self) -> float:
+        """Exposed (not hidden) TP+CP+PP+DP communication of the critical stage / step time."""
+        return sum(self.breakdown[c] for c in COMM_COMPONENTS) / self.step_time_s
+
+    @classmethod
+    def of(cls, cfg: SimConfig, result, key: str | None = None) -> "PointResult":
+        """Summarise a :class:`flowsim.Result` of ``cfg``."""
+        b = result.breakdown()
+        return cls(key=key or config_key(cfg), layout=Layout.of(cfg), step_time_s=result.step_time_s,
+                   tokens_per_s=result.tokens_per_s, mfu=result.mfu,
+                   memory_bytes_per_gpu=result.memory_bytes_per_gpu,
+                   memory_capacity_bytes=result.memory_capacity_bytes, fits_memory=result.fits_memory,
+                   breakdown={c: float(b[c]) for c in COMPONENTS})
+
+    def to_dict(self) -> dict:
+        """Flat JSON view: layout fields, figures, breakdown components and the exposed-comm share."""
+        d = {"key": self.key, **self.layout.to_dict()}
+        d.update(step_time_s=self.step_time_s, tokens_per_s=self.tokens_per_s, mfu=self.mfu,
+                 memory_bytes_per_gpu=self.memory_bytes_per_gpu, memory_capacity_bytes=self.memory_capacity_bytes,
+                 fits_memory=self.fits_memory, exposed_comm_share=self.exposed_comm_share)
+        d.update(self.breakdown)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PointResult":
+        """Inverse of :meth:`to_dict`."""
+        layout = Layout(**{f.name: d[f.name] for f in dataclasses.fields(Layout)})
+        return cls(key=d["key"], layout=layout, step_time_s=d["step_time_s"], tokens_per_s=d["tokens_per_s"],
+                   mfu=d["mfu"], memory_bytes_per_gpu=d["memory_bytes_per_gpu"],
+                   memory_capacity_bytes=d["memory_capacity_bytes"], fits_memory=bool(d["fits_memory"]),
+                   breakdown={c: d[c] for c in COMPONENTS})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What :func:`evaluate` did with one config.
+
+    Attributes
+    ----------
+    index : int
+        Position of the config in the batch submitted.
+    status : str
+        ``evaluated``, ``stored`` (its key was already in the store: not recomputed) or ``memory``
+        (pruned: does not fit).
+    key : str
+        :func:`config_key` of the config.
+    point : PointResult or None
+        The figures when ``status`` is ``evaluated``.
+    memory_bytes : float
+        Peak memory per GPU of the config, bytes (NaN when ``stored``).
+    """
+
+    index: int
+    status: str
+    key: str
+    point: PointResult | None = None
+    memory_bytes: float = float("nan")
+
+
+def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True) -> list:
+    """Evaluate ``batch``, a list of (index, SimConfig) pairs; returns one :class:`Outcome` each.
+
+    Configs whose key is in ``stored_keys`` are skipped; with ``prune_memory`` a config that does not fit
+    in GPU memory is not simulated.
+    """
+    out = []
+    for index, cfg in batch:
+        key = config_key(cfg)
+        if key in stored_keys:
+            out.append(Outcome(index, "stored", key))
+            continue
+        if prune_memory:
+            mem = peak_memory_bytes(cfg)
+            if mem > get_gpu(cfg.cluster.gpu).hbm_bytes:
+                out.append(Outcome(index, "memory", key, memory_bytes=mem))
+                continue
+        point = PointResult.of(cfg, simulate(cfg), key)
+        out.append(Outcome(index, "evaluated", key, point, point.memory_bytes_per_gpu))
+    return out
