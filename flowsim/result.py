@@ -120,6 +120,10 @@ class Result:
         Every distinct collective with its NCCL algorithm/protocol.
     config : dict
         The resolved configuration that produced this result.
+    memory_detail : dict
+        Bytes of weights, gradients, optimizer states and activations on the most loaded GPU.
+    timeline : StepTimeline or None
+        The per-stage schedule and per-pass op sequence, for trace export (:mod:`flowsim.trace`).
     """
 
     step_time_s: float
@@ -137,6 +141,7 @@ class Result:
     collectives: tuple = field(default_factory=tuple)
     config: dict = field(default_factory=dict, repr=False)
     memory_detail: dict = field(default_factory=dict, repr=False)
+    timeline: object = field(default=None, repr=False, compare=False)
 
     @property
     def memory_gb_per_gpu(self) -> float:

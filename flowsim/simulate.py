@@ -28,7 +28,7 @@ from flowsim.kernels import op_times
 from flowsim.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.result import CollectiveChoice, Result, StageBreakdown
-from flowsim.schedule import simulate_pipeline
+from flowsim.schedule import PipelineTimeline, simulate_pipeline
 from flowsim.workload import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
 
@@ -43,6 +43,23 @@ PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weight
 # configurations reuse them.
 _group_layout = functools.lru_cache(maxsize=4096)(group_layout)
 _predict = functools.lru_cache(maxsize=65536)(predict)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimeline:
+    """What a trace needs (see :mod:`flowsim.trace`): the pipeline schedule (seconds), the p2p time, the op
+    table with each op's seconds and the row span of each block, each layer block's collectives with their
+    estimates, the group sizes, and each stage's exposed data-parallel and optimizer seconds."""
+
+    pipeline: PipelineTimeline
+    p2p_s: float
+    ops: pd.DataFrame
+    op_time_s: np.ndarray
+    spans: dict
+    comms: dict
+    group_sizes: dict
+    dp_exposed_s: tuple
+    optimizer_s: tuple
 
 
 class _Comms:
@@ -80,6 +97,10 @@ class _Comms:
         prev = self.choices.get(key)
         self.choices[key] = (est, (prev[1] if prev else 0) + count_per_step)
         return est.time_s
+
+    def estimate(self, c):
+        """The cached estimate of a CommOp (None for a single-rank group)."""
+        return self._cache.get((c.group, c.op, float(c.size_bytes)))
 
     def ctas(self, group: str, op: str, size_bytes: float) -> int:
         """SMs the collective occupies while it runs (one CTA per NCCL channel); call after ``time``."""
@@ -376,6 +397,11 @@ def simulate(config=None, **overrides) -> Result:
         config=_config_dict(cfg),
         memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
                        "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
+        timeline=StepTimeline(pipeline=tl, p2p_s=p2p, ops=ops, op_time_s=t_ops, spans=spans,
+                              comms={b: tuple((c, comms.estimate(c)) for c in getattr(wl, b).comms)
+                                     for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
+                              group_sizes={g: n for g, (n, _) in comms.groups.items()},
+                              dp_exposed_s=tuple(dp_x), optimizer_s=tuple(float(x) for x in opt_s)),
     )
 
 

@@ -90,10 +90,12 @@ def _report(r) -> str:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write a Chrome/Perfetto trace of the step to this file.")
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             as_json):
+             as_json, trace_path):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. Example:
@@ -112,6 +114,10 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                      precision=precision, pipeline_schedule=schedule)
     overrides.update(_parse_set(sets))
     result = simulate(config, **overrides)
+    if trace_path:
+        from flowsim.trace import write_chrome_trace
+
+        write_chrome_trace(result, trace_path)
     if as_json:
         echo_json(result.to_dict())
     else:

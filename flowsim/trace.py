@@ -1,0 +1,89 @@
+"""Chrome / Perfetto trace export of a simulated step (Trace Event Format, JSON object form).
+
+One process per pipeline stage; thread 1 is the compute stream (every forward/backward pass of every
+micro-batch and model chunk, and the optimizer step), thread 2 the data-parallel communication left
+after the last backward, thread 3 the pipeline sends. Passes of the first micro-batch are expanded
+into their layers' ops (GEMM shapes, attention shapes, bytes of memory-bound kernels) and collectives
+(size, ranks, NCCL algorithm/protocol). Timestamps are microseconds, as the format requires.
+"""
+from __future__ import annotations
+
+import json
+
+from flowsim.result import Result
+
+COMPUTE_TID, DP_TID, PP_TID = 1, 2, 3
+_US = 1e6
+
+
+def _layer_ops(tl, block: str, phase: str) -> list[tuple[str, float, dict]]:
+    """(name, seconds, args) of one layer's kernels and collectives in one phase, in order."""
+    sl = tl.spans[block]
+    c = tl.ops.iloc[sl]
+    out = []
+    for (_, r), dt in zip(c.iterrows(), tl.op_time_s[sl]):
+        if r["phase"] != phase:
+            continue
+        if r["kind"] == "gemm":
+            shape = f"{r['m']}x{r['n']}x{r['k']}" + (f" x{r['batch']}" if r["batch"] > 1 else "")
+        elif r["kind"].startswith("attn"):
+            shape = f"b{r['batch']} h{r['heads']}/{r['kv_heads']} s{r['seq_q']}x{r['seq_k']} d{r['head_dim']}"
+        else:
+            shape = f"{r['bytes'] / 1e6:.2f} MB"
+        out.append((r["name"], float(dt) * int(r["count"]),
+                    {"kind": r["kind"], "shape": shape, "dtype": r["dtype"], "flops": float(r["flops"])}))
+    for cm, est in tl.comms.get(block, ()):
+        if cm.phase == phase and est is not None:
+            out.append((f"{cm.group}:{cm.op}", est.time_s * cm.count,
+                        {"bytes": cm.size_bytes, "ranks": tl.group_sizes[cm.group], "algo": est.algo,
+                         "proto": est.proto, "overlap": cm.overlap}))
+    return out
+
+
+def chrome_trace(result: Result) -> dict:
+    """The step as a Trace Event Format object (``{"traceEvents": [...], "displayTimeUnit": "ms"}``).
+
+    Raises
+    ------
+    ValueError
+        When ``result`` carries no timeline (it did not come from :func:`flowsim.simulate`).
+    """
+    tl = result.timeline
+    if tl is None:
+        raise ValueError("result has no timeline; produce it with flowsim.simulate")
+    pl = tl.pipeline
+    events = []
+    p, n_ops = pl.start_s.shape
+    first_layer = {"fwd": _layer_ops(tl, "layer", "fwd"), "bwd": _layer_ops(tl, "layer", "bwd")}
+    for s in range(p):
+        events.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}"}})
+        for tid, name in ((COMPUTE_TID, "compute"), (DP_TID, "dp comm"), (PP_TID, "pp send")):
+            events.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": name}})
+        for i in range(n_ops):
+            is_b, mb, chunk = (int(x) for x in pl.order[s, i])
+            t0, t1 = pl.start_s[s, i], pl.end_op_s[s, i]
+            kind = "bwd" if is_b else "fwd"
+            events.append({"ph": "X", "name": f"{kind} mb{mb} c{chunk}", "cat": kind, "pid": s, "tid": COMPUTE_TID,
+                           "ts": t0 * _US, "dur": (t1 - t0) * _US, "args": {"microbatch": mb, "chunk": chunk}})
+            if mb == 0:  # expand the first micro-batch into its first layer's ops
+                t = t0
+                for name, dt, args in first_layer[kind]:
+                    events.append({"ph": "X", "name": name, "cat": args.get("kind", "comm"), "pid": s,
+                                   "tid": COMPUTE_TID, "ts": t * _US, "dur": dt * _US, "args": args})
+                    t += dt
+            if tl.p2p_s > 0 and ((not is_b and s < p - 1) or (is_b and s > 0)):
+                events.append({"ph": "X", "name": "send " + ("activation" if not is_b else "gradient"),
+                               "cat": "pp", "pid": s, "tid": PP_TID, "ts": t1 * _US, "dur": tl.p2p_s * _US})
+        end = pl.end_s[s]
+        if tl.dp_exposed_s[s] > 0:
+            events.append({"ph": "X", "name": "dp reduction (exposed)", "cat": "dp", "pid": s, "tid": DP_TID,
+                           "ts": end * _US, "dur": tl.dp_exposed_s[s] * _US})
+        events.append({"ph": "X", "name": "optimizer", "cat": "optimizer", "pid": s, "tid": COMPUTE_TID,
+                       "ts": (end + tl.dp_exposed_s[s]) * _US, "dur": tl.optimizer_s[s] * _US})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(result: Result, path) -> None:
+    """Write :func:`chrome_trace` as JSON to ``path`` (``-`` for stdout is handled by the CLI)."""
+    with open(path, "w") as f:
+        json.dump(chrome_trace(result), f)
