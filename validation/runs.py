@@ -40,7 +40,6 @@ from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from flowsim.config import build_config, list_presets, load_preset
 from flowsim.errors import ConfigError
@@ -504,6 +503,13 @@ def _preset_with_gpu(gpu: str) -> dict | None:
     return None
 
 
+def _spearmanr(a, b):
+    """scipy.stats.spearmanr, imported on first use (scipy.stats takes most of a second to import)."""
+    from scipy import stats
+
+    return stats.spearmanr(a, b)
+
+
 def summarize(predicted_s, measured_s) -> ErrorSummary:
     """Error figures of predicted against measured step times.
 
@@ -526,7 +532,7 @@ def summarize(predicted_s, measured_s) -> ErrorSummary:
         return ErrorSummary(0, math.nan, math.nan, math.nan, math.nan)
     abs_err = np.abs((predicted_s - measured_s) / measured_s * 100.0)
     defined = n >= 2 and np.ptp(predicted_s) > 0 and np.ptp(measured_s) > 0
-    rho = float(stats.spearmanr(predicted_s, measured_s).statistic) if defined else math.nan
+    rho = float(_spearmanr(predicted_s, measured_s).statistic) if defined else math.nan
     return ErrorSummary(n=n, median_abs_error_pct=float(np.median(abs_err)), mape_pct=float(np.mean(abs_err)),
                         p90_abs_error_pct=float(np.percentile(abs_err, 90)), spearman=rho)
 
