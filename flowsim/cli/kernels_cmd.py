@@ -1,5 +1,5 @@
 """``flowsim kernels``: price one op (``predict``), list the kernel database (``show``), report its accuracy
-(``accuracy``), and read GEMM timings from profiler traces (``ingest``)."""
+(``accuracy``), read GEMM timings from profiler traces (``ingest``) and time ops with torch (``bench``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +10,19 @@ import pandas as pd
 from flowsim import units
 from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.errors import ConfigError
-from flowsim.gpu_specs import get_gpu
+from flowsim.gpu_specs import get_gpu, gpu_keys
 from flowsim.kernels import DTYPES, KINDS, kernel_references, op_breakdown
 from flowsim.kernels.accuracy import leave_one_out, loo_summary
+from flowsim.kernels.bench import (
+    DEFAULT_REPEATS,
+    DEFAULT_WARMUP,
+    iter_bench,
+    model_times,
+    predicted_device_time_s,
+)
 from flowsim.kernels.db import seed_db
 from flowsim.kernels.ingest import ingest_trace, trace_accuracy
+from flowsim.kernels.shapes import BENCH_DTYPES, BENCH_OPS, OP_GROUPS, default_shapes, parse_ops, read_shapes
 
 SHAPES = {
     "gemm": ("m", "n", "k", "batch"),
@@ -186,3 +194,84 @@ def ingest(trace, gpu, out_path, as_json):
     ))
     click.echo(f"{len(rows)} GEMMs on {rows.attrs['gpu']}: median |error| {100 * summary['median_abs_error']:.1f}%,"
                f" max {100 * summary['max_abs_error']:.1f}%")
+
+
+@kernels.command("bench")
+@click.option("--gpu-name", required=True,
+              help="The rows' gpu: a flowsim GPU key (see `flowsim gpus`), else a device name.")
+@click.option("--ops", "ops_spec", default="all", show_default=True,
+              help=f"Comma list of {', '.join(BENCH_OPS)} or the groups {', '.join(OP_GROUPS)}.")
+@click.option("--shapes", "shapes_src", default="default", show_default=True,
+              help="'default' (flowsim's workload shapes and sweeps) or a shape CSV "
+                   "(schema in flowsim.kernels.shapes).")
+@click.option("--dtype", type=click.Choice(BENCH_DTYPES), default="bf16", show_default=True,
+              help="Dtype of the default shapes and of CSV rows without one.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: the GPU torch sees, else the CPU.")
+@click.option("--repeats", type=click.IntRange(min=1), default=DEFAULT_REPEATS, show_default=True,
+              help="Timed launches per shape (the median is kept).")
+@click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
+              help="Untimed launches per shape before timing.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write kernel-DB CSV rows, appended shape by shape (a run cut short keeps what it measured).")
+@click.option("--dry-run", is_flag=True,
+              help="Run nothing: count the shapes and, for a flowsim GPU key, predict the kernel time of the run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of a line per row.")
+@user_errors
+def bench(gpu_name, ops_spec, shapes_src, dtype, device, repeats, warmup, out_path, dry_run, as_json):
+    """Time GEMM, attention and memory-bound ops with torch and emit kernel-DB rows (needs flowsim[bench])."""
+    ops = parse_ops(ops_spec)
+    shapes = default_shapes(dtype=dtype) if shapes_src == "default" else read_shapes(shapes_src, dtype)
+    shapes = shapes[shapes.op.isin(ops)]
+    if not len(shapes):
+        raise ConfigError("ops", f"no shape in {shapes_src} has these ops", ops_spec)
+    spec = get_gpu(gpu_name) if gpu_name in gpu_keys() else None
+    if dry_run:
+        counts = {op: int((shapes.op == op).sum()) for op in ops}
+        predicted = predicted_device_time_s(shapes, spec, repeats, warmup) if spec else None
+        if as_json:
+            echo_json({"gpu": gpu_name, "shapes": counts, "predicted_kernel_time_s": predicted})
+            return
+        click.echo(", ".join(f"{op} {n}" for op, n in counts.items()) + f": {len(shapes)} shapes")
+        if predicted is not None:
+            click.echo(f"predicted kernel time on {gpu_name}: {predicted:.1f} s ({warmup} + {repeats} launches per "
+                       "case; host time comes on top)")
+        return
+    parts = []
+    for i, rows in enumerate(iter_bench(shapes, gpu_name, device=device, repeats=repeats, warmup=warmup)):
+        if out_path:
+            rows.to_csv(out_path, mode="w" if i == 0 else "a", header=i == 0, index=False)
+        if spec:
+            rows = rows.assign(predicted_s=model_times(rows, spec))
+            rows["error"] = rows.predicted_s / rows.time_s - 1.0
+        parts.append(rows)
+        if not as_json:
+            for r in rows.to_dict(orient="records"):
+                vs_model = f"  model {r['predicted_s'] / units.US:.2f} us ({100 * r['error']:+.1f}%)" if spec else ""
+                click.echo(f"{r['op']:<12} {r['impl']:<16} {r['dtype']:<5} {_shape_text(r):<28} "
+                           f"{r['time_s'] / units.US:>12.2f} us {r['achieved_flop_per_s'] / units.TFLOP:>9.2f} TFLOP/s "
+                           f"{r['achieved_Bps'] / units.GB:>9.1f} GB/s{vs_model}")
+    db = pd.concat(parts, ignore_index=True)
+    summary = (db.assign(abs_error=db.error.abs()).groupby("op", sort=False).abs_error
+               .agg(["size", "median", "max"]).reset_index() if spec else None)
+    if as_json:
+        out = {"gpu": gpu_name, "shapes": len(shapes), "rows": db.to_dict(orient="records")}
+        if spec:
+            out["vs_model"] = summary.rename(columns={"size": "rows", "median": "median_abs_error",
+                                                      "max": "max_abs_error"}).to_dict(orient="records")
+        echo_json(out)
+        return
+    for r in (summary.to_dict(orient="records") if spec else []):
+        click.echo(f"{r['op']}: {r['size']} rows, model vs measured median |error| {100 * r['median']:.1f}%, "
+                   f"max {100 * r['max']:.1f}%")
+    click.echo(f"{len(db)} rows from {len(shapes)} shapes on {gpu_name}"
+               + (f", written to {out_path}" if out_path else ""))
+
+
+def _shape_text(row: dict) -> str:
+    if row["op"] == "gemm":
+        return f"{row['m']}x{row['n']}x{row['k']}" + (f" x{row['batch']}" if row["batch"] > 1 else "")
+    if row["op"] == "memory":
+        return f"{row['bytes'] / units.MB:.3g} MB"
+    return (f"b{row['batch']} h{row['heads']} s{row['seq_k']} d{row['head_dim']}"
+            + (" causal" if row["causal"] else ""))
