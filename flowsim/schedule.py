@@ -10,6 +10,12 @@ Orders follow Megatron-LM ``core/pipeline_parallel/schedules.py``:
 * GPipe: all forwards, then all backwards.
 * 1F1B (Narayanan et al. 2021, sec. 2.2): ``min(p - stage - 1, m)`` warm-up forwards, then one forward /
   one backward pairs, then the remaining backwards.
+* ``zb-h1``, the split-backward half of ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv
+  2401.10241, sec. 3): 1F1B whose backward is split into the input-gradient pass B, which is all the
+  previous stage waits for, and the weight-gradient pass W, run right after its B. The round trip
+  through the pipeline shrinks from ``F + B + W`` to ``F + B`` per stage, so the bubble is
+  ``(p - 1)(F + B)`` instead of ``(p - 1)(F + B + W)``. ZB-H1's further step, moving W passes into the
+  cool-down to reach ``(p - 1)(F + B - W)``, is not modelled.
 * Interleaved 1F1B with ``v`` chunks per stage: ``(p - stage - 1) * 2 + (v - 1) * p`` warm-up forwards
   (capped at ``m * v``); virtual micro-batch ``k`` is model chunk ``(k // p) % v`` of micro-batch
   ``(k // (p * v)) * p + k % p`` (chunks taken in reverse for backwards).
@@ -23,8 +29,9 @@ from numba import njit
 
 from flowsim.errors import ConfigError
 
-GPIPE, ONE_F_ONE_B, INTERLEAVED = 0, 1, 2
-SCHEDULE_IDS = {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "interleaved": INTERLEAVED}
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1 = 0, 1, 2, 3
+SCHEDULE_IDS = {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "interleaved": INTERLEAVED, "zb-h1": ZB_H1}
+FWD, BWD, WGRAD = 0, 1, 2  # pass kinds: forward, backward (input gradients), weight gradients (ZB-H1 only)
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ class PipelineTimeline:
     start_s, end_op_s : float64[p, n_ops]
         Start and end of each stage's passes in execution order (for traces).
     order : int64[p, n_ops, 3]
-        (is_backward, micro-batch, chunk) of each pass in execution order.
+        (pass kind FWD/BWD/WGRAD, micro-batch, chunk) of each pass in execution order.
     """
 
     end_s: np.ndarray
@@ -57,12 +64,32 @@ class PipelineTimeline:
 
 @njit(cache=True)
 def _orders(kind, p, v, m):
-    """Execution order per stage: int64[p, 2*m*v, 3] of (is_backward, micro-batch, chunk)."""
-    n = 2 * m * v
+    """Execution order per stage: int64[p, n, 3] of (pass kind, micro-batch, chunk); n = 2mv (3m for ZB-H1)."""
+    n = 3 * m if kind == ZB_H1 else 2 * m * v
     order = np.zeros((p, n, 3), dtype=np.int64)
     for s in range(p):
         i = 0
-        if kind == GPIPE:
+        if kind == ZB_H1:
+            warm = min(p - s - 1, m)
+            f = 0
+            for _ in range(warm):
+                order[s, i, 0] = FWD
+                order[s, i, 1] = f
+                i += 1
+                f += 1
+            for b in range(m):
+                if f < m:
+                    order[s, i, 0] = FWD
+                    order[s, i, 1] = f
+                    i += 1
+                    f += 1
+                order[s, i, 0] = BWD
+                order[s, i, 1] = b
+                i += 1
+                order[s, i, 0] = WGRAD
+                order[s, i, 1] = b
+                i += 1
+        elif kind == GPIPE:
             for mb in range(m):
                 order[s, i, 0] = 0
                 order[s, i, 1] = mb
@@ -128,11 +155,10 @@ def _orders(kind, p, v, m):
 
 
 @njit(cache=True)
-def _run(order, fwd_s, bwd_s, p2p_s):
-    """List-schedule every stage's passes; returns start/end per pass (NaN never happens for valid orders)."""
+def _run(order, fwd_s, bwd_s, w_s, p2p_s, m):
+    """List-schedule every stage's passes; returns start/end per pass and how many ran."""
     p, n, _ = order.shape
     v = fwd_s.shape[1]
-    m = n // (2 * v)
     f_end = np.full((p, v, m), np.nan)
     b_end = np.full((p, v, m), np.nan)
     start = np.zeros((p, n))
@@ -147,7 +173,11 @@ def _run(order, fwd_s, bwd_s, p2p_s):
                 i = nxt[s]
                 is_b, mb, c = order[s, i, 0], order[s, i, 1], order[s, i, 2]
                 ready = 0.0
-                if is_b == 0:
+                if is_b == WGRAD:
+                    dep = b_end[s, c, mb]
+                    ready = dep
+                    dur = w_s[s, c]
+                elif is_b == FWD:
                     if s > 0:
                         dep = f_end[s - 1, c, mb]
                         ready = dep + p2p_s
@@ -175,9 +205,9 @@ def _run(order, fwd_s, bwd_s, p2p_s):
                 start[s, i] = t0
                 end[s, i] = t1
                 free[s] = t1
-                if is_b == 0:
+                if is_b == FWD:
                     f_end[s, c, mb] = t1
-                else:
+                elif is_b == BWD:
                     b_end[s, c, mb] = t1
                 nxt[s] += 1
                 done += 1
@@ -188,13 +218,13 @@ def _run(order, fwd_s, bwd_s, p2p_s):
 
 
 def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, bwd_s: np.ndarray,
-                      p2p_s: float) -> PipelineTimeline:
+                      p2p_s: float, wgrad_s: np.ndarray | None = None) -> PipelineTimeline:
     """Run a pipeline schedule.
 
     Parameters
     ----------
     schedule : str
-        ``gpipe``, ``1f1b`` or ``interleaved``.
+        ``gpipe``, ``1f1b``, ``interleaved`` or ``zb-h1``.
     num_microbatches : int
         Micro-batches per step, >= 1.
     fwd_s, bwd_s : float64[p, v]
@@ -202,6 +232,9 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         stage ``s``, seconds.
     p2p_s : float
         Time to move one activation (or gradient) between neighbouring stages, seconds.
+    wgrad_s : float64[p, v], optional
+        For ``zb-h1``: the weight-gradient part of ``bwd_s``, run as its own deferred pass (the B pass then
+        lasts ``bwd_s - wgrad_s``). Ignored by the other schedules.
     """
     if schedule not in SCHEDULE_IDS:
         raise ConfigError("pipeline_schedule", f"must be one of {', '.join(SCHEDULE_IDS)}", schedule)
@@ -210,15 +243,21 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
     p, v = fwd_s.shape
     if schedule != "interleaved" and v != 1:
         raise ConfigError("pipeline_schedule", f"{schedule} runs one model chunk per stage", f"vpp={v}")
+    if schedule == "zb-h1" and v != 1:
+        raise ConfigError("pipeline_schedule", "zb-h1 runs one model chunk per stage", f"vpp={v}")
+    w_s = np.zeros_like(fwd_s)
+    if schedule == "zb-h1" and wgrad_s is not None:
+        w_s = np.ascontiguousarray(wgrad_s, dtype=np.float64)
+        bwd_s = bwd_s - w_s
     order = _orders(SCHEDULE_IDS[schedule], p, v, num_microbatches)
-    start, end, done = _run(order, fwd_s, bwd_s, float(p2p_s))
+    start, end, done = _run(order, fwd_s, bwd_s, w_s, float(p2p_s), num_microbatches)
     assert done == order.shape[0] * order.shape[1], "pipeline schedule deadlocked"
     busy = (end - start).sum(axis=1)
     lbs = np.zeros((p, v))
     lbe = np.zeros((p, v))
     for s in range(p):
         for c in range(v):
-            sel = (order[s, :, 0] == 1) & (order[s, :, 2] == c)
+            sel = (order[s, :, 0] != FWD) & (order[s, :, 2] == c)
             last = np.nonzero(sel)[0][-1]
             lbs[s, c] = start[s, last]
             lbe[s, c] = end[s, last]

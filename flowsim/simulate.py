@@ -131,10 +131,12 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
     is_gemm = kind == "gemm"
     is_attn = (kind == "attn_fwd") | (kind == "attn_bwd")
     is_dgrad = np.array([n.endswith(".dgrad") for n in c["name"]], dtype=bool)
+    is_wgrad = np.array([n.endswith(".wgrad") for n in c["name"]], dtype=bool)
     out = {}
     for ph in ("fwd", "bwd", "recompute"):
         sel = phase == ph
         out[f"compute_{ph}"] = float(per[sel].sum())
+        out[f"wgrad_{ph}"] = float(per[sel & is_wgrad].sum())
         gemm = float(per[sel & is_gemm].sum())
         dgrad = float(per[sel & is_dgrad].sum())
         attn = float(per[sel & is_attn].sum())
@@ -323,17 +325,19 @@ def simulate(config=None, **overrides) -> Result:
         fsdp_f, fsdp_b, first_gather = _fsdp_exposed(cfg, wl, comms, part(layer, "fwd"), part(layer, "bwd"))
     fwd_s = L * fsdp_f
     bwd_s = L * fsdp_b
+    wgrad_s = np.zeros_like(fwd_s)  # weight-gradient GEMMs, a pass of their own in zb-h1
     for blk, n_l, n_r in kinds:
         fwd_s = fwd_s + n_l * part(blk, "fwd")
         bwd_s = bwd_s + n_l * part(blk, "bwd") + n_r * part(blk, "recompute")
+        wgrad_s = wgrad_s + n_l * blk["wgrad_bwd"]
     fwd_s[0, 0] += part(emb, "fwd") + first_gather  # the first layer's weights cannot be prefetched
     bwd_s[0, 0] += part(emb, "bwd")
     fwd_s[p - 1, v - 1] += part(head, "fwd")
     bwd_s[p - 1, v - 1] += part(head, "bwd")
 
     p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * m * v) if p > 1 else 0.0
-    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p)
-    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0) if p > 1 else tl
+    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s)
+    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s) if p > 1 else tl
     pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
 
     dp_x = [sum(_dp_exposed(cfg, wl, comms, tl, s)) for s in range(p)]

@@ -78,3 +78,24 @@ def test_gpipe_and_p2p_delay():
     one = simulate_pipeline("1f1b", m, np.ones((p, 1)), 2 * np.ones((p, 1)), d)
     one0 = simulate_pipeline("1f1b", m, np.ones((p, 1)), 2 * np.ones((p, 1)), 0.0)
     assert one.end_s.max() - one0.end_s.max() > 2 * (p - 1) * d
+
+
+def test_zb_h1_split_backward_bubble():
+    # B alone is on the inter-stage critical path: bubble (p-1)(F+B) instead of 1F1B's (p-1)(F+B+W)
+    p, m, f, b, w = 4, 8, 1.0, 1.0, 1.0
+    tl = simulate_pipeline("zb-h1", m, np.full((p, 1), f), np.full((p, 1), b + w), 0.0,
+                           wgrad_s=np.full((p, 1), w))
+    ideal = m * (f + b + w)
+    assert tl.end_s.max() == pytest.approx(ideal + (p - 1) * (f + b))
+    assert np.allclose(tl.busy_s, ideal)
+    assert tl.order.shape == (p, 3 * m, 3)
+
+
+def test_zb_h1_in_a_step():
+    import flowsim
+
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=32, tp=2, pp=4, gbs=64, sp=True)
+    one = flowsim.simulate(**base)
+    zb = flowsim.simulate(**base, schedule="zb-h1")
+    assert zb.step_time_s < one.step_time_s
+    assert zb.stages[0].compute_s == pytest.approx(one.stages[0].compute_s)

@@ -5,6 +5,7 @@ import click
 
 from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.config import ALIASES, list_presets
+from flowsim.config.training import SCHEDULES
 from flowsim.errors import ConfigError
 
 POS_INT = click.IntRange(min=1)
@@ -86,7 +87,7 @@ def _report(r) -> str:
               help="Megatron distributed optimizer (ZeRO-1).")
 @click.option("--zero-stage", type=click.IntRange(0, 3), help="ZeRO stage (3 = FSDP full shard).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), help="GEMM precision.")
-@click.option("--schedule", type=click.Choice(["auto", "gpipe", "1f1b", "interleaved"]), help="Pipeline schedule.")
+@click.option("--schedule", type=click.Choice(list(SCHEDULES)), help="Pipeline schedule.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")

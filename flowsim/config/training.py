@@ -7,7 +7,7 @@ from flowsim.errors import ConfigError
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
-SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved")
+SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved", "zb-h1")
 LAYER_SPLITS = ("even", "balanced")
 
 
@@ -39,7 +39,8 @@ class TrainingConfig:
     precision : str
         Compute dtype of the GEMMs: ``bf16``, ``fp16`` or ``fp8`` (fp8 GEMMs, bf16 elsewhere).
     pipeline_schedule : str
-        ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b`` or ``interleaved``.
+        ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b``, ``interleaved`` or ``zb-h1``
+        (zero-bubble H1: weight gradients deferred into the cool-down bubble).
     overlap_grad_reduce : bool
         Data-parallel gradient reduction overlaps the backward pass (bucketed).
     overlap_param_gather : bool
@@ -147,6 +148,9 @@ class TrainingConfig:
         if self.vpp > 1 and self.pp == 1:
             raise ConfigError("virtual_pipeline_model_parallel_size", "needs pipeline_model_parallel_size > 1",
                               self.vpp)
+        if self.pipeline_schedule in ("gpipe", "1f1b", "zb-h1") and self.vpp > 1:
+            raise ConfigError("pipeline_schedule", f"{self.pipeline_schedule} runs one model chunk per stage "
+                              "(use interleaved with virtual_pipeline_model_parallel_size > 1)", f"vpp={self.vpp}")
         if self.pipeline_schedule == "interleaved" and self.vpp == 1:
             raise ConfigError("pipeline_schedule", "interleaved needs virtual_pipeline_model_parallel_size > 1",
                               "vpp=1")
