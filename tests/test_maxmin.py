@@ -24,9 +24,7 @@ def csr(paths):
 
 def run(capacity, paths, weights=None):
     ptr, links = csr(paths)
-    rates = solve(np.array(capacity, dtype=float), ptr, links, weights)
-    check_maxmin(np.array(capacity, dtype=float), ptr, links, rates, weights)
-    return rates
+    return solve(np.array(capacity, dtype=float), ptr, links, weights, check=True)
 
 
 # ------------------------------------------------------------------------------------------ known answers
@@ -148,9 +146,10 @@ def subset_solve(cap, paths, weights, active):
     return out
 
 
-@settings(max_examples=150, deadline=None)
-@given(instances(), st.data())
-def test_incremental_equals_full(inst, data):
+@pytest.mark.parametrize("local", [True, False])
+@settings(max_examples=120, deadline=None)
+@given(inst=instances(), data=st.data())
+def test_incremental_equals_full(local, inst, data):
     cap, paths, weights = inst
     n = len(paths)
     before_active = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
@@ -159,7 +158,8 @@ def test_incremental_equals_full(inst, data):
     after_active[changed] = ~after_active[changed]
     before = subset_solve(cap, paths, weights, before_active)
     ptr, links = csr(paths)
-    after = resolve(np.array(cap), ptr, links, before, after_active, np.array(changed, dtype=np.int64), weights)
+    after = resolve(np.array(cap), ptr, links, before, after_active, np.array(changed, dtype=np.int64), weights,
+                    local=local)
     np.testing.assert_allclose(after, subset_solve(cap, paths, weights, after_active), rtol=1e-9)
     check_maxmin(np.array(cap), ptr, links, after, weights, active=after_active)
 
@@ -206,6 +206,32 @@ def test_kernels_run_without_jit():
     code = ("import numpy as np; from flowsim.maxmin import solve, resolve;"
             "r = solve([4.0, 3.0, 1.0], [0, 1, 3, 5], [0, 0, 1, 1, 2]); assert r.tolist() == [2.0, 2.0, 1.0], r;"
             "r2 = resolve([4.0, 3.0, 1.0], [0, 1, 3, 5], [0, 0, 1, 1, 2], r, np.array([True, True, False]), [2]);"
-            "assert np.allclose(r2, [2.0, 2.0, 0.0]), r2")
+            "assert np.allclose(r2, [2.0, 2.0, 0.0]), r2;"
+            "from flowsim.netsim import simulate;"
+            "s = simulate([10.0], [0, 1, 2], [0, 0], [10.0, 10.0], release_s=[0.0, 0.5]);"
+            "assert np.allclose(s.finish_s, [1.5, 2.0]), s.finish_s")
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# ------------------------------------------------------------------------------------------ indexed heap
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=40), st.data())
+def test_indexed_heap_pops_in_key_order(keys, data):
+    from flowsim.net_heap import _heap_pop, _heap_push, _heap_update
+
+    n = len(keys)
+    heap, hkey, pos = np.empty(n, dtype=np.int64), np.empty(n), np.full(n, -1, dtype=np.int64)
+    size = 0
+    for item, k in enumerate(keys):
+        size = _heap_push(heap, hkey, pos, size, item, k)
+    final = list(keys)
+    for item in data.draw(st.lists(st.integers(0, n - 1), max_size=n)):
+        final[item] = data.draw(st.floats(0, 100, allow_nan=False))
+        _heap_update(heap, hkey, pos, size, item, final[item])
+    order = []
+    while size:
+        item, size = _heap_pop(heap, hkey, pos, size)
+        order.append(item)
+    assert order == sorted(range(n), key=lambda i: (final[i], i))  # ties by smaller id
+    assert np.all(pos == -1)

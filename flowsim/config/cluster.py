@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from flowsim.errors import ConfigError
 
 NETWORKS = ("rail_optimized", "rail_only", "fat_tree")
+ECMP_MODES = ("hash", "ideal")
 CPUS = ("intel", "amd", "arm")
 
 
@@ -43,6 +44,13 @@ class ClusterConfig:
         network overhead.
     name : str
         Preset name, for display.
+    ecmp : str
+        How flows spread over equal-cost uplinks: ``hash`` (each flow takes one uplink chosen by a
+        deterministic hash of source, destination and flow id, as switch ECMP does) or ``ideal`` (perfect
+        balance: each leaf's and spine's parallel uplinks act as one bundle, as with packet spraying).
+    leaves_per_rail : int
+        Leaf switches per rail (``rail_optimized``, ``rail_only``); 0 (default) uses as few as the radix
+        allows, ``ceil(num_nodes / (switch_radix // 2))``.
     """
 
     gpu: str
@@ -57,6 +65,8 @@ class ClusterConfig:
     nic_latency_s: float = 2.0e-6
     cpu: str = "intel"
     name: str = "custom"
+    ecmp: str = "hash"
+    leaves_per_rail: int = 0
 
     def __post_init__(self):
         if self.nvlink_domain == 0:
@@ -94,3 +104,9 @@ class ClusterConfig:
             raise ConfigError("cpu", f"must be one of {', '.join(CPUS)}", self.cpu)
         if not self.nic_latency_s >= 0:
             raise ConfigError("nic_latency_s", "must be >= 0", self.nic_latency_s)
+        if self.ecmp not in ECMP_MODES:
+            raise ConfigError("ecmp", f"must be one of {', '.join(ECMP_MODES)}", self.ecmp)
+        if not isinstance(self.leaves_per_rail, int) or isinstance(self.leaves_per_rail, bool) \
+                or self.leaves_per_rail < 0:
+            raise ConfigError("leaves_per_rail", "must be an integer >= 0 (0 = as few as the radix allows)",
+                              self.leaves_per_rail)

@@ -1,0 +1,410 @@
+"""Flow-level event simulation of transfers sharing links at max-min fair rates.
+
+A transfer is ``size_bytes`` sent along a path of links (from :mod:`flowsim.routing`). It becomes *ready*
+at ``max(release_s, finish of every transfer it depends on)``; from then on (``start_s``) its bytes drain at
+its max-min fair rate, which changes whenever a transfer starts or finishes draining; when the last byte
+has drained, the transfer *finishes* ``latency_s`` later (``finish_s``). The latency is a pure delay (the
+fluid model has no queueing): it delays the transfer's dependents but does not hold the links.
+
+Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A10):
+
+* the next event is the earlier of the next ready time (a heap of ready transfers) and the next projected
+  drain end (a heap keyed by ``t_last + remaining / rate``, updated only for transfers whose rate changed);
+* every drain end and ready time within ``rtol`` (relative, of the current time) of the earliest is handled
+  in the same batch, so the many equal transfers of a collective step cost one re-solve;
+* rates are re-solved incrementally (:func:`flowsim.maxmin.resolve`, local method with the level restart as
+  fallback): rates below the smallest departing rate and below the arrivals' lower bound are kept, and only
+  transfers connected to a change through links are revisited, so independent components (rails, groups)
+  are not re-solved;
+* remaining bytes are advanced lazily, only for transfers whose rate changes.
+
+A transfer with 0 bytes or an empty path (source = destination) drains instantly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from flowsim.errors import ConfigError
+from flowsim.maxmin import (LOCAL_MAX_ROUNDS, _arrival_bound, _check_routes, _link_csr, _resolve,
+                            _resolve_local)
+from flowsim.net_heap import _heap_pop, _heap_push, _heap_update
+
+__all__ = ["NetSimResult", "simulate", "simulate_transfers"]
+
+LOCAL_MAX_FRACTION = 0.25
+"""The local re-solve gives up (for the level restart) once it re-fills more than this fraction of the
+draining transfers: beyond that a restart costs about the same. A cost cap only (both methods are exact),
+set by hand from benchmarks/bench_network.py."""
+
+
+@dataclass(frozen=True, eq=False)
+class NetSimResult:
+    """Outcome of a flow-level simulation.
+
+    Attributes
+    ----------
+    start_s : float64[n_transfers]
+        When each transfer became ready and started draining, seconds.
+    finish_s : float64[n_transfers]
+        When its last byte arrived (drain end + latency), seconds.
+    capacity_Bps : float64[n_links]
+        Link capacities used, bytes/s.
+    link_bytes : float64[n_links]
+        Bytes each link carried.
+    link_busy_s : float64[n_links]
+        Time during which at least one transfer was draining through each link, seconds.
+    makespan_s : float
+        Latest finish (0 without transfers), seconds.
+    n_solves : int
+        Rate re-solves (event batches that changed the set of draining transfers).
+    """
+
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    capacity_Bps: np.ndarray
+    link_bytes: np.ndarray
+    link_busy_s: np.ndarray
+    makespan_s: float
+    n_solves: int
+
+    @property
+    def link_utilization(self) -> np.ndarray:
+        """float64[n_links]: bytes carried / (capacity * makespan), in [0, 1] (0 when the makespan is 0)."""
+        if self.makespan_s <= 0:
+            return np.zeros_like(self.capacity_Bps)
+        return self.link_bytes / (self.capacity_Bps * self.makespan_s)
+
+    def to_dict(self) -> dict:
+        """Plain mapping: scalars and per-transfer / per-link lists (units in the key names)."""
+        return {"makespan_s": self.makespan_s, "n_solves": self.n_solves, "n_transfers": int(self.start_s.size),
+                "start_s": self.start_s.tolist(), "finish_s": self.finish_s.tolist(),
+                "link_bytes": self.link_bytes.tolist(), "link_busy_s": self.link_busy_s.tolist(),
+                "link_utilization": self.link_utilization.tolist()}
+
+    def to_frame(self):
+        """pandas DataFrame, one row per transfer: ``start_s``, ``finish_s``, ``duration_s``."""
+        import pandas as pd
+
+        return pd.DataFrame({"start_s": self.start_s, "finish_s": self.finish_s,
+                             "duration_s": self.finish_s - self.start_s})
+
+    def __repr__(self) -> str:
+        return (f"NetSimResult({self.start_s.size} transfers, makespan {self.makespan_s:.6g} s, "
+                f"{self.n_solves} solves)")
+
+
+@njit(cache=True)
+def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap, arr_key, arr_pos,
+          n_arr):
+    """Record that transfer ``t`` drained at ``now``; release its dependents whose last dependency it was.
+
+    Parameters
+    ----------
+    t : int
+        Transfer id.
+    now : float
+        Drain end, seconds.
+    latency_s : float64[n_transfers]
+        Latency of each transfer, seconds.
+    finish_s : float64[n_transfers]
+        Out: ``finish_s[t] = now + latency_s[t]``.
+    next_ptr, next_idx : int64[n_transfers + 1], int64[n_deps]
+        CSR of dependents (transfer -> transfers that wait for it).
+    deps_left : int64[n_transfers]
+        Unfinished dependencies of each transfer (decremented).
+    ready_s : float64[n_transfers]
+        Ready time of each transfer (raised to the finish of its dependencies).
+    arr_heap, arr_key, arr_pos : int64[n_transfers], float64[n_transfers], int64[n_transfers]
+        Heap of ready transfers keyed by ready time.
+    n_arr : int
+        Its size.
+
+    Returns
+    -------
+    int
+        The new size of the ready heap.
+    """
+    finish_s[t] = now + latency_s[t]
+    for j in range(next_ptr[t], next_ptr[t + 1]):
+        d = next_idx[j]
+        ready_s[d] = max(ready_s[d], finish_s[t])
+        deps_left[d] -= 1
+        if deps_left[d] == 0:
+            n_arr = _heap_push(arr_heap, arr_key, arr_pos, n_arr, d, ready_s[d])
+    return n_arr
+
+
+@njit(cache=True)
+def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, max_rounds,
+              rtol):
+    """The event loop (see the module docstring).
+
+    Parameters
+    ----------
+    capacity_Bps : float64[n_links]
+        Link capacities, bytes/s, > 0.
+    route_ptr, route_links : int64[n_transfers + 1], int64[n_hops]
+        Path of each transfer (CSR), link ids in [0, n_links).
+    size_bytes : float64[n_transfers]
+        Bytes of each transfer, finite, >= 0.
+    release_s : float64[n_transfers]
+        Earliest start of each transfer, seconds, finite.
+    dep_ptr, dep_idx : int64[n_transfers + 1], int64[n_deps]
+        CSR of dependencies: transfer t waits for ``dep_idx[dep_ptr[t]:dep_ptr[t + 1]]``.
+    latency_s : float64[n_transfers]
+        Delay between drain end and finish, seconds, >= 0.
+    max_rounds : int
+        Rounds of the local re-solve before falling back to the level restart (``maxmin._resolve_local``).
+    rtol : float
+        Relative tolerance for batching events and for the local re-solve's certificate, in [0, 1e-3).
+
+    Returns
+    -------
+    start_s, finish_s : float64[n_transfers]
+        NaN for transfers that never became ready (a dependency cycle).
+    link_busy_s : float64[n_links]
+        Time with at least one draining transfer, seconds.
+    n_solves : int
+        Number of re-solves.
+    """
+    n_links = capacity_Bps.shape[0]
+    n = size_bytes.shape[0]
+    weights = np.ones(n)
+    link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
+    next_ptr, next_idx = _link_csr(n, dep_ptr, dep_idx)  # dependency -> dependents
+
+    start_s = np.full(n, np.nan)
+    finish_s = np.full(n, np.nan)
+    ready_s = release_s.copy()
+    deps_left = np.diff(dep_ptr)
+    rate = np.zeros(n)  # solver state: -1 unassigned, 0 inactive, > 0 draining
+    committed = np.zeros(n)  # the rate the remaining bytes were last advanced with
+    remaining = size_bytes.copy()
+    t_last = np.zeros(n)
+    active_weight = np.zeros(n_links)
+    busy_since = np.zeros(n_links)
+    link_busy_s = np.zeros(n_links)
+
+    arr_heap = np.empty(n, dtype=np.int64)
+    arr_key = np.empty(n)
+    arr_pos = np.full(n, -1, dtype=np.int64)
+    fin_heap = np.empty(n, dtype=np.int64)
+    fin_key = np.empty(n)
+    fin_pos = np.full(n, -1, dtype=np.int64)
+    n_arr = 0
+    n_fin = 0
+    for t in range(n):
+        if deps_left[t] == 0:
+            n_arr = _heap_push(arr_heap, arr_key, arr_pos, n_arr, t, ready_s[t])
+
+    seeds = np.empty(n, dtype=np.int64)
+    clock = np.zeros(1, dtype=np.int64)
+    link_mark = np.full(n_links, -1, dtype=np.int64)
+    changed_mark = np.full(n_links, -1, dtype=np.int64)
+    flow_mark = np.full(n, -1, dtype=np.int64)
+    todo = np.empty(n, dtype=np.int64)
+    saved_bott = np.empty(n, dtype=np.int64)
+    bott = np.full(n, -1, dtype=np.int64)
+    touched = np.empty(n_links, dtype=np.int64)
+    changed = np.empty(n_links, dtype=np.int64)
+    state = np.zeros((n_links, 3))
+    l_heap = np.empty(n_links, dtype=np.int64)
+    l_key = np.empty(n_links)
+    l_pos = np.full(n_links, -1, dtype=np.int64)
+    n_active = 0
+    n_solves = 0
+
+    while n_arr > 0 or n_fin > 0:
+        t_next = np.inf
+        if n_arr > 0:
+            t_next = arr_key[0]
+        if n_fin > 0:
+            t_next = min(t_next, fin_key[0])
+        now = t_next
+        window = now + rtol * abs(now)
+        n_seeds = 0
+        level = np.inf
+        while n_fin > 0 and fin_key[0] <= window:
+            t, n_fin = _heap_pop(fin_heap, fin_key, fin_pos, n_fin)
+            n_active -= 1
+            level = min(level, committed[t])
+            rate[t] = 0.0
+            committed[t] = 0.0
+            for h in range(route_ptr[t], route_ptr[t + 1]):
+                l = route_links[h]
+                active_weight[l] -= 1.0
+                if active_weight[l] == 0.0:
+                    link_busy_s[l] += now - busy_since[l]
+            seeds[n_seeds] = t
+            n_seeds += 1
+            n_arr = _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap, arr_key,
+                          arr_pos, n_arr)
+        while n_arr > 0 and arr_key[0] <= window:
+            t, n_arr = _heap_pop(arr_heap, arr_key, arr_pos, n_arr)
+            start_s[t] = now
+            if size_bytes[t] == 0.0 or route_ptr[t + 1] == route_ptr[t]:
+                n_arr = _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap,
+                              arr_key, arr_pos, n_arr)
+                continue
+            rate[t] = -1.0
+            n_active += 1
+            t_last[t] = now
+            for h in range(route_ptr[t], route_ptr[t + 1]):
+                l = route_links[h]
+                if active_weight[l] == 0.0:
+                    busy_since[l] = now
+                active_weight[l] += 1.0
+            seeds[n_seeds] = t
+            n_seeds += 1
+        if n_seeds == 0:
+            continue
+        for i in range(n_seeds):
+            t = seeds[i]
+            if rate[t] < 0.0:
+                level = min(level, _arrival_bound(capacity_Bps, route_ptr, route_links, active_weight, t))
+        level *= 1.0 - rtol
+        n_solves += 1
+        # Local re-solve while the re-filled set stays below LOCAL_MAX_FRACTION of the draining transfers;
+        # else the level restart (both exact; see flowsim.maxmin).
+        n_todo = _resolve_local(capacity_Bps, route_ptr, route_links, link_ptr, link_flows, weights, rate, committed,
+                                bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo,
+                                saved_bott, touched, changed, state, l_heap, l_key, l_pos,
+                                max(64, int(n_active * LOCAL_MAX_FRACTION)),
+                                max_rounds, rtol)
+        if n_todo < 0:
+            n_todo = _resolve(capacity_Bps, route_ptr, route_links, link_ptr, link_flows, weights, rate, level,
+                              seeds, n_seeds, clock, link_mark, flow_mark, todo, touched, state, l_heap, l_key,
+                              l_pos, bott)
+        for i in range(n_todo):
+            t = todo[i]
+            x = rate[t]
+            if x == committed[t]:
+                continue
+            remaining[t] = max(remaining[t] - committed[t] * (now - t_last[t]), 0.0)
+            t_last[t] = now
+            committed[t] = x
+            key = now + remaining[t] / x
+            if fin_pos[t] >= 0:
+                _heap_update(fin_heap, fin_key, fin_pos, n_fin, t, key)
+            else:
+                n_fin = _heap_push(fin_heap, fin_key, fin_pos, n_fin, t, key)
+    return start_s, finish_s, link_busy_s, n_solves
+
+
+def _floats(name: str, a, n: int, default: float, lower: float) -> np.ndarray:
+    if a is None:
+        return np.full(n, default)
+    arr = np.asarray(a, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise ConfigError(name, f"must have one entry per transfer, {n}", f"shape {arr.shape}")
+    bad = ~(np.isfinite(arr) & (arr >= lower))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ConfigError(name, f"must be finite and >= {lower:g}", f"{float(arr[i])!r} at transfer {i}")
+    return np.ascontiguousarray(arr)
+
+
+def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None, dep_ptr=None, dep_idx=None,
+             latency_s=None, rtol: float = 1e-9) -> NetSimResult:
+    """Simulate transfers over links; return start and finish times and per-link busy time.
+
+    Parameters
+    ----------
+    capacity_Bps : float64[n_links]
+        Link capacity, bytes/s, finite and > 0.
+    route_ptr : int[n_transfers + 1]
+        CSR offsets of the paths (as :class:`flowsim.routing.Routes` ``ptr``).
+    route_links : int[n_hops]
+        Link ids, in [0, n_links).
+    size_bytes : float64[n_transfers]
+        Bytes per transfer, finite, >= 0.
+    release_s : float64[n_transfers] or float, optional
+        Earliest start, seconds, finite, >= 0; default 0.
+    dep_ptr, dep_idx : int[n_transfers + 1], int[n_deps], optional
+        Dependencies (CSR): transfer t starts only after every transfer of ``dep_idx[dep_ptr[t]:dep_ptr[t+1]]``
+        has finished. Default: none.
+    latency_s : float64[n_transfers] or float, optional
+        Delay from drain end to finish, seconds, >= 0 (path latency plus software latency); default 0.
+    rtol : float
+        Relative tolerance in [0, 1e-3) for batching events (and the re-solve's certificate); default 1e-9.
+
+    Returns
+    -------
+    NetSimResult
+
+    Raises
+    ------
+    ConfigError
+        Bad transfer input (NaN bytes, negative times, dependency ids out of range or cyclic).
+    ValueError
+        Bad link or path arrays (see :func:`flowsim.maxmin.solve`).
+
+    Examples
+    --------
+    One 1 GB transfer over a 100 GB/s link with 2 us latency finishes at 2e-6 + 1e9 / 1e11 = 0.010002 s:
+
+    >>> simulate([1e11], [0, 1], [0], [1e9], latency_s=2e-6).finish_s.tolist()
+    [0.010002]
+    """
+    capacity_Bps, route_ptr, route_links, _ = _check_routes(capacity_Bps, route_ptr, route_links, None, rtol)
+    n = route_ptr.size - 1
+    size = _floats("size_bytes", size_bytes, n, 0.0, 0.0)
+    release = _floats("release_s", release_s, n, 0.0, 0.0)
+    latency = _floats("latency_s", latency_s, n, 0.0, 0.0)
+    if (dep_ptr is None) != (dep_idx is None):
+        raise ConfigError("dep_ptr", "dep_ptr and dep_idx must be given together")
+    if dep_ptr is None:
+        dep_ptr = np.zeros(n + 1, dtype=np.int64)
+        dep_idx = np.zeros(0, dtype=np.int64)
+    dep_ptr = np.ascontiguousarray(dep_ptr, dtype=np.int64)
+    dep_idx = np.ascontiguousarray(dep_idx, dtype=np.int64)
+    if dep_ptr.shape != (n + 1,) or dep_ptr[0] != 0 or dep_ptr[-1] != dep_idx.size or np.any(np.diff(dep_ptr) < 0):
+        raise ConfigError("dep_ptr", f"must be CSR offsets: {n + 1} non-decreasing entries from 0 to "
+                          f"len(dep_idx) = {dep_idx.size}")
+    if dep_idx.size and (dep_idx.min() < 0 or dep_idx.max() >= n):
+        i = int(np.flatnonzero((dep_idx < 0) | (dep_idx >= n))[0])
+        raise ConfigError("dep_idx", f"transfer ids must be in [0, {n})", f"{int(dep_idx[i])} at entry {i}")
+    start, finish, busy, n_solves = _simulate(capacity_Bps, route_ptr, route_links, size, release, dep_ptr,
+                                              dep_idx, latency, LOCAL_MAX_ROUNDS, float(rtol))
+    stuck = np.isnan(finish)
+    if stuck.any():
+        ids = np.flatnonzero(stuck)
+        raise ConfigError("dep_idx", "dependency cycle: these transfers never become ready",
+                          f"{ids[:10].tolist()}{' ...' if ids.size > 10 else ''}")
+    link_bytes = np.bincount(route_links, weights=np.repeat(size, np.diff(route_ptr)), minlength=capacity_Bps.size)
+    return NetSimResult(start_s=start, finish_s=finish, capacity_Bps=capacity_Bps, link_bytes=link_bytes,
+                        link_busy_s=busy, makespan_s=float(finish.max()) if n else 0.0, n_solves=int(n_solves))
+
+
+def simulate_transfers(topo, src_gpu, dst_gpu, size_bytes, *, release_s=None, dep_ptr=None, dep_idx=None,
+                       latency_s=None, flow_id=None, pxn: bool = False, rtol: float = 1e-9) -> NetSimResult:
+    """Route GPU-to-GPU transfers through a topology and simulate them.
+
+    Parameters
+    ----------
+    topo : flowsim.topology.Topology
+        The cluster.
+    src_gpu, dst_gpu : int[n_transfers]
+        GPU ids.
+    size_bytes, release_s, dep_ptr, dep_idx, rtol
+        As in :func:`simulate`.
+    latency_s : float64[n_transfers] or float, optional
+        Software latency per transfer, seconds (NCCL step latency); the path's link latencies are added.
+    flow_id, pxn
+        As in :func:`flowsim.routing.route`.
+
+    Returns
+    -------
+    NetSimResult
+    """
+    from flowsim.routing import route
+
+    routes = route(topo, src_gpu, dst_gpu, flow_id, pxn=pxn)
+    latency = _floats("latency_s", latency_s, routes.n_flows, 0.0, 0.0) + routes.latency_s
+    return simulate(topo.capacity_Bps, routes.ptr, routes.links, size_bytes, release_s=release_s, dep_ptr=dep_ptr,
+                    dep_idx=dep_idx, latency_s=latency, rtol=rtol)
