@@ -1,0 +1,64 @@
+"""``flowsim validate-trace``: flowsim's kernel and collective models against a PyTorch profiler trace."""
+from __future__ import annotations
+
+import click
+
+from flowsim.cli.common import echo_json, format_table, user_errors, warn
+from flowsim.config.loader import list_presets
+from flowsim.units import US
+from flowsim.validation.trace_validation import OVERLAP_LIMIT, WAIT_FACTOR, validate_trace
+
+_SUMMARY = [("group", "ops", ""), ("count", "counted", "d"), ("median_error_pct", "median error %", "+.1f"),
+            ("p90_abs_error_pct", "p90 |error| %", ".1f"), ("excluded_waiting", "waiting", "d"),
+            ("excluded_overlapped", "overlapped", "d"), ("measured_us", "measured (us)", ".1f"),
+            ("predicted_us", "predicted (us)", ".1f")]
+_OUTLIERS = [("kind", "kind", ""), ("op", "op", ""), ("shape", "shape", ""), ("measured_us", "measured (us)", ".2f"),
+             ("predicted_us", "predicted (us)", ".2f"), ("error_pct", "error %", "+.1f"), ("detail", "detail", "")]
+
+
+def summary_rows(result) -> list[dict]:
+    """The summary of a :class:`~flowsim.validation.trace_validation.TraceValidation` in display units (%, us)."""
+    return [{**r, "median_error_pct": 100 * r["median_error"], "p90_abs_error_pct": 100 * r["p90_abs_error"],
+             "measured_us": r["measured_s"] / US, "predicted_us": r["predicted_s"] / US} for r in result.summary()]
+
+
+@click.command("validate-trace")
+@click.argument("trace", metavar="TRACE.json[.gz]", type=click.Path(exists=True, dir_okay=False))
+@click.option("--cluster", help=f"Cluster preset for the collectives ({', '.join(list_presets('clusters'))}); "
+                                "its GPU is replaced by the trace's. Default: 8-GPU nodes.")
+@click.option("--gpu", help="flowsim GPU key (default: from the trace's deviceProperties).")
+@click.option("--outliers", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Largest outliers to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the tables.")
+@user_errors
+def validate_trace_cmd(trace, cluster, gpu, outliers, as_json):
+    """Compare flowsim's predictions with the GEMM, attention, memory-bound and collective kernels of a trace.
+
+    Errors are predicted / measured - 1. Collective instances slower than the fastest instance of the
+    same communicator moving at least as many bytes (by more than the wait factor) are counted as waiting
+    for peers; those running mostly beside compute kernels as overlapped; both are left out of the error
+    figures (docs/VALIDATION.md).
+    """
+    result = validate_trace(trace, gpu=gpu, cluster=cluster)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    if result.truncated:
+        warn(f"{result.trace}: the file is cut off; results cover the {result.events} events before the cut")
+    if result.skipped_events:
+        warn(f"{result.trace}: skipped {result.skipped_events} malformed events")
+    click.echo(f"{result.trace}: GPU {result.gpu}, collectives priced on {result.cluster}; "
+               f"{result.events} events, kernel time {result.total_kernel_s / US:.0f} us, "
+               f"not priced {result.unpriced_kernel_s / US:.0f} us "
+               f"({100 * result.unpriced_kernel_s / max(result.total_kernel_s, 1e-30):.0f} %)")
+    click.echo(format_table(summary_rows(result), _SUMMARY))
+    click.echo(f"(waiting: > {WAIT_FACTOR:g} x the fastest instance moving >= as many bytes on the same group; "
+               f"overlapped: > {100 * OVERLAP_LIMIT:.0f} % beside compute kernels)")
+    if result.unsized_collectives or result.unlinked_kernels:
+        click.echo(f"{result.unsized_collectives} collective kernels without a size, {result.unlinked_kernels} "
+                   "kernels without a launching op (no launch event in the trace)")
+    if outliers:
+        rows = [{**r, "measured_us": r["measured_s"] / US, "predicted_us": r["predicted_s"] / US,
+                 "error_pct": 100 * r["error"]} for r in result.outliers(outliers).to_dict(orient="records")]
+        click.echo("\nLargest outliers (|log(predicted/measured)|):")
+        click.echo(format_table(rows, _OUTLIERS))
