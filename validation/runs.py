@@ -93,6 +93,9 @@ class RunComparison:
         Whether flowsim's memory estimate fits the GPU (a run that does not fit is still compared).
     assumptions : tuple[str, ...]
         Each empty cell that was filled with a default, as ``"<column>: <what was assumed>"``.
+    family : str
+        Layout family: ``dense`` (TP/PP/CP/DP with all-reduce or the distributed optimizer), ``dense-fsdp``
+        (ZeRO-2/3, FSDP) or ``moe``.
     """
 
     id: int
@@ -109,6 +112,7 @@ class RunComparison:
     error_pct: float
     fits_memory: bool
     assumptions: tuple = ()
+    family: str = "dense"
 
     @property
     def layout(self) -> str:
@@ -169,6 +173,8 @@ class ValidationReport:
         Every simulated row, in file order.
     summary : ErrorSummary
         Figures over all simulated rows.
+    by_family : dict[str, ErrorSummary]
+        Summary per layout family (see :class:`RunComparison`).
     by_source : dict[str, ErrorSummary]
         The same figures per ``source`` key, in order of first appearance.
     skipped : tuple[SkippedRun, ...]
@@ -179,6 +185,7 @@ class ValidationReport:
     rows: tuple
     summary: ErrorSummary
     by_source: dict = field(default_factory=dict)
+    by_family: dict = field(default_factory=dict)
     skipped: tuple = ()
 
     def to_dict(self) -> dict:
@@ -610,11 +617,16 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
             num_gpus=cfg.cluster.num_gpus, tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp,
             predicted_step_time_s=predicted, measured_step_time_s=measured,
             error_pct=(predicted - measured) / measured * 100.0, fits_memory=bool(result.fits_memory),
-            assumptions=assumptions))
+            assumptions=assumptions,
+            family="moe" if cfg.model.is_moe else ("dense-fsdp" if t.zero_stage >= 2 else "dense")))
     by_source: dict[str, list[RunComparison]] = {}
+    by_family: dict[str, list[RunComparison]] = {}
     for r in rows:
         by_source.setdefault(r.source, []).append(r)
+        by_family.setdefault(r.family, []).append(r)
     return ValidationReport(
+        by_family={f: summarize([r.predicted_step_time_s for r in rs], [r.measured_step_time_s for r in rs])
+                   for f, rs in sorted(by_family.items())},
         rows=tuple(rows),
         summary=summarize([r.predicted_step_time_s for r in rows], [r.measured_step_time_s for r in rows]),
         by_source={src: summarize([r.predicted_step_time_s for r in rs], [r.measured_step_time_s for r in rs])

@@ -57,6 +57,12 @@ def _render(report: ValidationReport) -> str:
            f"median |error| {s.median_abs_error_pct:.1f} %   MAPE {s.mape_pct:.1f} %   "
            f"p90 |error| {s.p90_abs_error_pct:.1f} %   Spearman {s.spearman:.3f}",
            "error = (predicted - measured) / measured; positive = flowsim predicts a slower step"]
+    if report.by_family:
+        per_family = [{"source": fam, "n": x.n, "median_abs_error_pct": x.median_abs_error_pct,
+                       "mape_pct": x.mape_pct, "p90_abs_error_pct": x.p90_abs_error_pct}
+                      for fam, x in report.by_family.items()]
+        out += ["", "per layout family (dense = TP/PP/CP/DP with all-reduce or distributed optimizer; "
+                "dense-fsdp = ZeRO-2/3 / FSDP; moe):", format_table(per_family, _SOURCE_COLUMNS)]
     if report.by_source:
         per_source = [{"source": src, "n": x.n, "median_abs_error_pct": x.median_abs_error_pct,
                        "mape_pct": x.mape_pct, "p90_abs_error_pct": x.p90_abs_error_pct}
