@@ -47,12 +47,16 @@ _predict = functools.lru_cache(maxsize=65536)(predict)
 
 @dataclasses.dataclass(frozen=True)
 class StepTimeline:
-    """What a trace needs (see :mod:`flowsim.trace`): the pipeline schedule (seconds), the p2p time, the op
-    table with each op's seconds and the row span of each block, each layer block's collectives with their
-    estimates, the group sizes, and each stage's exposed data-parallel and optimizer seconds."""
+    """What a trace needs (see :mod:`flowsim.trace`, :mod:`flowsim.chakra`): the pipeline schedule (seconds),
+    the p2p time and bytes, the layers (and MoE layers) of each chunk, the op table with each op's seconds
+    and the row span of each block, each layer block's collectives with their estimates, the group sizes,
+    and each stage's exposed data-parallel and optimizer seconds."""
 
     pipeline: PipelineTimeline
     p2p_s: float
+    p2p_bytes: float
+    chunk_layers: np.ndarray
+    chunk_moe_layers: np.ndarray
     ops: pd.DataFrame
     op_time_s: np.ndarray
     spans: dict
@@ -401,7 +405,7 @@ def simulate(config=None, **overrides) -> Result:
         config=_config_dict(cfg),
         memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
                        "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
-        timeline=StepTimeline(pipeline=tl, p2p_s=p2p, ops=ops, op_time_s=t_ops, spans=spans,
+        timeline=StepTimeline(pipeline=tl, p2p_s=p2p, p2p_bytes=wl.p2p_bytes, chunk_layers=L, chunk_moe_layers=M, ops=ops, op_time_s=t_ops, spans=spans,
                               comms={b: tuple((c, comms.estimate(c)) for c in getattr(wl, b).comms)
                                      for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
                               group_sizes={g: n for g, (n, _) in comms.groups.items()},

@@ -93,10 +93,12 @@ def _report(r) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True),
               help="Write a Chrome/Perfetto trace of the step to this file.")
+@click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False),
+              help="Write Chakra execution traces (JSON, one per pipeline stage) into this directory.")
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             as_json, trace_path):
+             as_json, trace_path, chakra_dir):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. Example:
@@ -119,6 +121,10 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
         from flowsim.trace import write_chrome_trace
 
         write_chrome_trace(result, trace_path)
+    if chakra_dir:
+        from flowsim.chakra import write_chakra
+
+        write_chakra(result, chakra_dir)
     if as_json:
         echo_json(result.to_dict())
     else:
