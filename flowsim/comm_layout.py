@@ -130,3 +130,33 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         pcie_Bps=gpu.pcie_Bps,
         cpu=cluster.cpu,
     )
+
+
+def preset_layout(cluster: str, nodes: int, gpus_per_node: int | None = None, nics_per_node: int | None = None,
+                  nic_gbps: float | None = None, gpu: str | None = None, cpu: str | None = None) -> CommLayout:
+    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster, with overrides.
+
+    Parameters
+    ----------
+    cluster : str
+        Cluster preset name.
+    nodes : int
+        Hosts in the communicator.
+    gpus_per_node, nics_per_node, nic_gbps, gpu, cpu : optional
+        Overrides of the preset's fields (None keeps the preset's value); ``nic_gbps`` in Gb/s.
+    """
+    from flowsim.config.loader import load_preset
+    from flowsim.gpu_specs import get_gpu
+
+    fields = load_preset("clusters", cluster)
+    for key, value in (("gpus_per_node", gpus_per_node), ("nics_per_node", nics_per_node),
+                       ("nic_gbps", nic_gbps), ("gpu", gpu), ("cpu", cpu)):
+        if value is not None:
+            fields[key] = value
+    if gpus_per_node is not None and "nvlink_domain" in fields and fields["nvlink_domain"] % gpus_per_node:
+        fields["nvlink_domain"] = gpus_per_node
+    fields["num_gpus"] = nodes * fields.get("gpus_per_node", 8)
+    fields["name"] = cluster
+    cfg = ClusterConfig(**fields)
+    cfg.validate()
+    return group_layout(cfg, get_gpu(cfg.gpu), cfg.num_gpus, 1)

@@ -97,7 +97,7 @@ def ingest_trace(path, gpu: str | None = None) -> pd.DataFrame:
             ops[args["External id"]] = e
         elif e.get("cat") == "kernel":
             kernels[args["External id"]].append(e)
-    rows = [r for x, op in ops.items() if kernels.get(x) for r in [_gemm_row(op, kernels[x])] if r]
+    rows = [r for x, op in ops.items() if kernels.get(x) for r in [gemm_row(op, kernels[x])] if r]
     date = datetime.fromtimestamp(trace.get("baseTimeNanoseconds", 0) / 1e9, tz=timezone.utc).date().isoformat()
     df = pd.DataFrame(rows, columns=["m", "n", "k", "batch", "dtype", "time_s", "impl"])
     df["op"], df["gpu"], df["heads"], df["seq_q"], df["seq_k"], df["head_dim"], df["causal"] = (
@@ -115,7 +115,7 @@ def ingest_trace(path, gpu: str | None = None) -> pd.DataFrame:
     return df
 
 
-def _gemm_row(op: dict, kernels: list):
+def gemm_row(op: dict, kernels: list):
     """(m, n, k, batch, dtype, time_s, kernel names) of one GEMM op, or None when its shapes are missing."""
     dims, types = op["args"].get("Input Dims"), op["args"].get("Input type")
     if not dims or not types or types[0] not in TRACE_DTYPES:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from flowsim.kernels.ingest import GEMM_OPS, TRACE_DTYPES, _gemm_row
+from flowsim.kernels.ingest import GEMM_OPS, TRACE_DTYPES, gemm_row
 from flowsim.units import US
 from flowsim.validation.trace_events import TraceEvents
 
@@ -258,7 +258,7 @@ def extract(trace: TraceEvents) -> TraceContents:
         for op in ops.get(ext, []):
             row = None
             if op["name"] in GEMM_OPS:
-                g = _gemm_row(op, ks)
+                g = gemm_row(op, ks)
                 if g:
                     m, n, kk, batch, dtype, time_s, names = g
                     row = {"kind": "gemm", "op": op["name"], "shape": f"{batch}x({m}x{n}x{kk})", "dtype": dtype,

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowsim.cli.collective import build_layout
+from flowsim.comm_layout import preset_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.config.loader import load_preset
 from flowsim.units import US
@@ -153,7 +153,7 @@ def compare_dataset(data_dir: Path, d: NcclDataset):
     -------
     NcclComparison
     """
-    layout = build_layout(d.cluster, d.option("nodes", 1), None, None, d.option("nic_gbps"), d.option("gpu"),
+    layout = preset_layout(d.cluster, d.option("nodes", 1), None, None, d.option("nic_gbps"), d.option("gpu"),
                           d.option("cpu"))
     log = read_nccl_tests(data_dir / "nccl-tests" / d.file, op=d.option("op"), n_ranks=layout.n_ranks)
     return compare_nccl_tests(log, layout, algo=d.option("algo"), sections=[d.section])
