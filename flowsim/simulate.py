@@ -144,13 +144,15 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
         gemm = float(per[sel & is_gemm].sum())
         dgrad = float(per[sel & is_dgrad].sum())
         attn = float(per[sel & is_attn].sum())
-        tp_blocking = tp_dgrad = cp_total = ep_total = 0.0
+        tp_blocking = tp_dgrad = cp_total = cp_blocking = ep_total = 0.0
         dgrad_sms = cp_sms = 0
         for r in opset.comms:
             if r.phase != ph:
                 continue
             dt = comms.time(r.group, r.op, r.size_bytes, r.count * count) * r.count
-            if r.group == "cp":
+            if r.group == "cp" and r.overlap == "none":
+                cp_blocking += dt
+            elif r.group == "cp":
                 cp_total += dt
                 cp_sms = max(cp_sms, comms.ctas(r.group, r.op, r.size_bytes))
             elif r.group in ("ep", "etp"):
@@ -165,7 +167,7 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
         else:
             tp_exposed = tp_blocking + overlapped_s(dgrad, tp_dgrad, dgrad_sms, sm) - dgrad
         out[f"tp_{ph}"] = tp_exposed
-        out[f"cp_{ph}"] = overlapped_s(attn, cp_total, cp_sms, sm) - attn
+        out[f"cp_{ph}"] = cp_blocking + overlapped_s(attn, cp_total, cp_sms, sm) - attn
         out[f"ep_{ph}"] = ep_total
     return out
 

@@ -310,14 +310,21 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     residual("mlp_residual")
 
     if cp > 1:
-        # Ring attention: each CP rank passes its K and V chunk around the ring (cp - 1 steps) in forward,
-        # and K, V and their gradients in backward (Megatron-LM context parallelism, TE
-        # AttnFuncWithCPAndKVP2P). Overlapped with the attention kernels of the previous step.
-        kv_chunk = 2 * b * s_local * groups * d * ACT_BYTES
-        comms.append(_comm("cp", "sendrecv", kv_chunk, "fwd", overlap="attention", count=cp - 1))
-        comms.append(_comm("cp", "sendrecv", 2 * kv_chunk, "bwd", overlap="attention", count=cp - 1))
-        if full or t.recompute_granularity == "selective":
-            comms.append(_comm("cp", "sendrecv", kv_chunk, "recompute", overlap="attention", count=cp - 1))
+        kv_chunk = 2 * b * s_local * groups * d * ACT_BYTES  # this GPU's K and V
+        rec = ("recompute",) if full or t.recompute_granularity == "selective" else ()
+        if t.cp_comm_type == "p2p":
+            # Ring attention: each CP rank passes its K and V chunk around the ring (cp - 1 steps) in
+            # forward, and K, V and their gradients in backward (Megatron-LM context parallelism, TE
+            # AttnFuncWithCPAndKVP2P), beside the attention kernels of the previous step.
+            for ph, size in (("fwd", kv_chunk), ("bwd", 2 * kv_chunk)) + tuple((r, kv_chunk) for r in rec):
+                comms.append(_comm("cp", "sendrecv", size, ph, overlap="attention", count=cp - 1))
+        else:
+            # All-gather variant (TE AttnFuncWithCPAndKVAllGather): K and V of all CP ranks gathered before
+            # attention; backward reduce-scatters their gradients.
+            for ph in ("fwd",) + rec:
+                comms.append(_comm("cp", "allgather", kv_chunk * cp, ph))
+            comms.append(_comm("cp", "allgather", kv_chunk * cp, "bwd"))
+            comms.append(_comm("cp", "reducescatter", kv_chunk * cp, "bwd"))
     return _finish(rows, comms)
 
 

@@ -92,3 +92,15 @@ def test_uneven_pipeline_splits():
                          tp=8, pp=12, gbs=12, pipeline_layer_split="balanced")
     b = chunk_layer_counts(bloom)[:, 0]
     assert b.sum() == 70 and b[0] == 5 and set(b) == {5, 6}
+
+
+def test_context_parallel_traffic():
+    kw = dict(model="llama3-8b", cluster="dgx-h100", gpus=32, tp=2, cp=4, gbs=4, seq=32768, sp=True)
+    b, s_local, g, d = 1, 32768 // 4, 8 // 2, 128
+    kv = 2 * b * s_local * g * d * 2  # this GPU's K and V, bf16
+    ring = [c for c in build_workload(build_config(**kw)).layer.comms if c.group == "cp"]
+    assert [(c.op, c.phase, c.count, c.size_bytes) for c in ring] == [
+        ("sendrecv", "fwd", 3, kv), ("sendrecv", "bwd", 3, 2 * kv)]
+    ag = [c for c in build_workload(build_config(**kw, cp_comm_type="all_gather")).layer.comms if c.group == "cp"]
+    assert [(c.op, c.phase, c.size_bytes) for c in ag] == [
+        ("allgather", "fwd", 4 * kv), ("allgather", "bwd", 4 * kv), ("reducescatter", "bwd", 4 * kv)]

@@ -9,6 +9,7 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
 SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved", "zb-h1")
 LAYER_SPLITS = ("even", "balanced")
+CP_COMM_TYPES = ("p2p", "all_gather")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,10 @@ class TrainingConfig:
         ``even`` (every virtual stage holds ``num_layers / (pp * vpp)`` layers; anything else is an error) or
         ``balanced`` (the remainder layers go one each to the virtual stages after the first, as the
         uniform partitioners of DeepSpeed and torchtitan do).
+    cp_comm_type : str
+        Context-parallel attention: ``p2p`` (ring attention, K/V chunks passed around the ring beside the
+        attention kernels) or ``all_gather`` (K/V all-gathered before attention, their gradients
+        reduce-scattered after it; Megatron-LM ``--cp-comm-type``).
     expert_tensor_parallel_size : int
         Tensor parallelism inside each expert (Megatron-LM ``--expert-tensor-parallel-size``; 1 = experts are
         not split).
@@ -87,6 +92,7 @@ class TrainingConfig:
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_layer_split: str = "even"
+    cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     use_flash_attn: bool = True
 
@@ -157,6 +163,8 @@ class TrainingConfig:
         if self.pipeline_layer_split not in LAYER_SPLITS:
             raise ConfigError("pipeline_layer_split", f"must be one of {', '.join(LAYER_SPLITS)}",
                               self.pipeline_layer_split)
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:
             raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
         if not self.bucket_size_bytes > 0:
