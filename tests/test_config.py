@@ -87,3 +87,22 @@ def test_bad_file(tmp_path):
     q.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="^config: top level must be a mapping"):
         build_config(q)
+
+
+def test_moe_and_schedule_rules():
+    moe = dict(model="mixtral-8x7b", cluster="dgx-h100")
+    with pytest.raises(ConfigError) as e:
+        build_config(**moe, ep=3, gpus=24)
+    assert str(e.value) == "expert_model_parallel_size: must divide num_moe_experts (got 3 and 8)"
+    with pytest.raises(ConfigError) as e:
+        build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, moe_first_k_dense=2)
+    assert str(e.value) == ("num_moe_experts: MoE options need a mixture-of-experts model (num_moe_experts > 0) "
+                            "(got 0)")
+    with pytest.raises(ConfigError) as e:
+        build_config(model="llama3-8b", cluster="dgx-h100", gpus=16, pp=4, vpp=2, gbs=16, schedule="1f1b")
+    assert str(e.value).startswith("pipeline_schedule: 1f1b runs one model chunk per stage")
+    with pytest.raises(ConfigError) as e:
+        build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, schedule="dualpipe")
+    assert str(e.value).startswith("pipeline_schedule: must be one of auto, gpipe, 1f1b, interleaved, zb-h1")
+    cfg = build_config(**moe, gpus=16, tp=2, ep=8, sp=True, gbs=8)
+    assert (cfg.training.ep, cfg.training.dp) == (8, 8) and cfg.model.num_moe_experts == 8
