@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flowsim.result import Result
 from flowsim.schedule import FWD
-from flowsim.trace import _layer_ops
+from flowsim.trace import layer_ops, timeline_of
 
 COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
 COLL_TYPE = {"allreduce": 0, "allgather": 2, "alltoall": 6, "reducescatter": 7}
@@ -37,15 +37,13 @@ def chakra_traces(result: Result) -> list[dict]:
     ValueError
         When ``result`` carries no timeline (it did not come from :func:`flowsim.simulate`).
     """
-    tl = result.timeline
-    if tl is None:
-        raise ValueError("result has no timeline; produce it with flowsim.simulate")
+    tl = timeline_of(result)
     pl = tl.pipeline
     p, n_ops = pl.start_s.shape
     t = result.config["training"]
     stride = t["tensor_model_parallel_size"] * t["context_parallel_size"] * t["data_parallel_size"]
     blocks = [b for b in ("layer", "moe_layer") if b in tl.spans]
-    seqs = {(b, kind): _layer_ops(tl, b, kind) for b in blocks for kind in ("fwd", "bwd")}
+    seqs = {(b, kind): layer_ops(tl, b, kind) for b in blocks for kind in ("fwd", "bwd")}
     out = []
     for s in range(p):
         nodes = []

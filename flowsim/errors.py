@@ -19,3 +19,12 @@ class ConfigError(ValueError):
 
 class FlowsimWarning(UserWarning):
     """Input that is allowed but suspicious (for example a GPU scaled from a neighbour)."""
+
+
+def check_ints(obj, names, minimum: int) -> None:
+    """Raise ConfigError for the first attribute of ``obj`` in ``names`` that is not an integer >= ``minimum``."""
+    rule = "must be a positive integer" if minimum == 1 else "must be a non-negative integer"
+    for name in names:
+        v = getattr(obj, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise ConfigError(name, rule, v)

@@ -16,7 +16,7 @@ COMPUTE_TID, DP_TID, PP_TID = 1, 2, 3
 _US = 1e6
 
 
-def _layer_ops(tl, block: str, phase: str) -> list[tuple[str, float, dict]]:
+def layer_ops(tl, block: str, phase: str) -> list[tuple[str, float, dict]]:
     """(name, seconds, args) of one layer's kernels and collectives in one phase, in order."""
     sl = tl.spans[block]
     c = tl.ops.iloc[sl]
@@ -40,6 +40,13 @@ def _layer_ops(tl, block: str, phase: str) -> list[tuple[str, float, dict]]:
     return out
 
 
+def timeline_of(result: Result):
+    """The result's :class:`flowsim.simulate.StepTimeline`; ValueError when it has none."""
+    if result.timeline is None:
+        raise ValueError("result has no timeline; produce it with flowsim.simulate")
+    return result.timeline
+
+
 def chrome_trace(result: Result) -> dict:
     """The step as a Trace Event Format object (``{"traceEvents": [...], "displayTimeUnit": "ms"}``).
 
@@ -48,13 +55,11 @@ def chrome_trace(result: Result) -> dict:
     ValueError
         When ``result`` carries no timeline (it did not come from :func:`flowsim.simulate`).
     """
-    tl = result.timeline
-    if tl is None:
-        raise ValueError("result has no timeline; produce it with flowsim.simulate")
+    tl = timeline_of(result)
     pl = tl.pipeline
     events = []
     p, n_ops = pl.start_s.shape
-    first_layer = {"fwd": _layer_ops(tl, "layer", "fwd"), "bwd": _layer_ops(tl, "layer", "bwd")}
+    first_layer = {"fwd": layer_ops(tl, "layer", "fwd"), "bwd": layer_ops(tl, "layer", "bwd")}
     for s in range(p):
         events.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}"}})
         for tid, name in ((COMPUTE_TID, "compute"), (DP_TID, "dp comm"), (PP_TID, "pp send")):

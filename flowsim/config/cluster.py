@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, check_ints
 
 NETWORKS = ("rail_optimized", "rail_only", "fat_tree")
 ECMP_MODES = ("hash", "ideal")
@@ -84,10 +84,7 @@ class ClusterConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field that breaks a rule."""
-        for name in ("num_gpus", "gpus_per_node", "nics_per_node", "switch_radix", "nvlink_domain"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(name, "must be a positive integer", v)
+        check_ints(self, ("num_gpus", "gpus_per_node", "nics_per_node", "switch_radix", "nvlink_domain"), 1)
         if self.num_gpus % self.gpus_per_node and self.num_gpus > self.gpus_per_node:
             raise ConfigError("num_gpus", "must be a multiple of gpus_per_node",
                               f"{self.num_gpus} and {self.gpus_per_node}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, check_ints
 
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope", "none")
@@ -122,23 +122,14 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field that breaks a rule."""
-        for name in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                     "num_query_groups", "kv_channels", "vocab_size", "seq_length"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(name, "must be a positive integer", v)
+        check_ints(self, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                     "num_query_groups", "kv_channels", "vocab_size", "seq_length"), 1)
         if self.num_attention_heads % self.num_query_groups:
             raise ConfigError("num_query_groups", "must divide num_attention_heads",
                               f"{self.num_query_groups} and {self.num_attention_heads}")
-        for name in ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(name, "must be a non-negative integer", v)
-        for name in ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
-                     "qk_pos_emb_head_dim", "v_head_dim"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(name, "must be a positive integer", v)
+        check_ints(self, ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank"), 0)
+        check_ints(self, ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
+                     "qk_pos_emb_head_dim", "v_head_dim"), 1)
         if self.is_moe and self.moe_router_topk > self.num_moe_experts:
             raise ConfigError("moe_router_topk", "must not exceed num_moe_experts",
                               f"{self.moe_router_topk} > {self.num_moe_experts}")

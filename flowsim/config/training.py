@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, check_ints
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -129,16 +129,10 @@ class TrainingConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for a field that breaks a rule on its own (cross-checks live in SimConfig)."""
-        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+        check_ints(self, ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "expert_model_parallel_size", "virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
-                     "micro_batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(name, "must be a positive integer", v)
-        for name in ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(name, "must be a non-negative integer", v)
+                     "micro_batch_size"), 1)
+        check_ints(self, ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers"), 0)
         if self.recompute_granularity not in RECOMPUTE:
             raise ConfigError("recompute_granularity", f"must be one of {', '.join(RECOMPUTE)}",
                               self.recompute_granularity)
