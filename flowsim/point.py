@@ -20,19 +20,17 @@ from flowsim.simulate import simulate
 from flowsim.space import Layout
 from flowsim.workload import build_workload
 
-COMPONENTS = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s")
-"""Breakdown components of the critical pipeline stage, seconds per step (see :class:`flowsim.Result`)."""
-COMM_COMPONENTS = ("tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s")
+_NOT_BREAKDOWN = ("step_time_s", "tokens_per_s")  # the other ``*_s`` keys of to_dict() are breakdown components
 
 
 def config_dict(cfg: SimConfig) -> dict:
-    """The full normalised config as a plain mapping (resolved: dp, sequence length and batch filled in)."""
+    """The full normalised config ``cfg`` as a plain mapping (resolved: dp, sequence length and batch filled in)."""
     return {"model": dataclasses.asdict(cfg.model), "cluster": dataclasses.asdict(cfg.cluster),
             "training": dataclasses.asdict(cfg.training)}
 
 
 def config_key(cfg: SimConfig) -> str:
-    """SHA-256 (hex) of the normalised config and the flowsim version: the results store's key."""
+    """SHA-256 (hex) of the normalised config ``cfg`` and the flowsim version: the results store's key."""
     text = json.dumps({"config": config_dict(cfg), "flowsim": __version__}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -64,7 +62,8 @@ class PointResult:
     fits_memory : bool
         ``memory_bytes_per_gpu <= memory_capacity_bytes``.
     breakdown : dict[str, float]
-        Critical pipeline stage's seconds per step by :data:`COMPONENTS`.
+        Critical pipeline stage's seconds per step by component (``compute_s``, ``tp_comm_s``, ...,
+        ``bubble_s``, ``optimizer_s``: the seconds entries of :meth:`flowsim.Result.breakdown`).
     """
 
     key: str
@@ -79,18 +78,18 @@ class PointResult:
 
     @property
     def exposed_comm_share(self) -> float:
-        """Exposed (not hidden) TP+CP+PP+DP communication of the critical stage / step time."""
-        return sum(self.breakdown[c] for c in COMM_COMPONENTS) / self.step_time_s
+        """Exposed (not hidden) communication of the critical stage (every ``*_comm_s`` component) / step time."""
+        return sum(v for k, v in self.breakdown.items() if k.endswith("_comm_s")) / self.step_time_s
 
     @classmethod
     def of(cls, cfg: SimConfig, result, key: str | None = None) -> "PointResult":
-        """Summarise a :class:`flowsim.Result` of ``cfg``."""
+        """Summarise ``result``, the :class:`flowsim.Result` of ``cfg`` (``key``: its config_key, computed if None)."""
         b = result.breakdown()
         return cls(key=key or config_key(cfg), layout=Layout.of(cfg), step_time_s=result.step_time_s,
                    tokens_per_s=result.tokens_per_s, mfu=result.mfu,
                    memory_bytes_per_gpu=result.memory_bytes_per_gpu,
                    memory_capacity_bytes=result.memory_capacity_bytes, fits_memory=result.fits_memory,
-                   breakdown={c: float(b[c]) for c in COMPONENTS})
+                   breakdown={k: float(v) for k, v in b.items() if k.endswith("_s")})
 
     def to_dict(self) -> dict:
         """Flat JSON view: layout fields, figures, breakdown components and the exposed-comm share."""
@@ -108,7 +107,7 @@ class PointResult:
         return cls(key=d["key"], layout=layout, step_time_s=d["step_time_s"], tokens_per_s=d["tokens_per_s"],
                    mfu=d["mfu"], memory_bytes_per_gpu=d["memory_bytes_per_gpu"],
                    memory_capacity_bytes=d["memory_capacity_bytes"], fits_memory=bool(d["fits_memory"]),
-                   breakdown={c: d[c] for c in COMPONENTS})
+                   breakdown={k: v for k, v in d.items() if k.endswith("_s") and k not in _NOT_BREAKDOWN})
 
 
 @dataclass(frozen=True)
@@ -137,17 +136,21 @@ class Outcome:
     memory_bytes: float = float("nan")
 
 
-def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True) -> list:
+def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None) -> list:
     """Evaluate ``batch``, a list of (index, SimConfig) pairs; returns one :class:`Outcome` each.
 
-    Configs whose key is in ``stored_keys`` are skipped; with ``prune_memory`` a config that does not fit
-    in GPU memory is not simulated.
+    Configs whose key is in ``stored_keys`` are skipped (status ``stored``); with ``prune_memory`` a config
+    that does not fit in GPU memory is not simulated (status ``memory``), and one whose key is in
+    ``known_pruned`` (a mapping of key to peak memory bytes from an earlier check) is not even re-checked.
     """
     out = []
     for index, cfg in batch:
         key = config_key(cfg)
         if key in stored_keys:
             out.append(Outcome(index, "stored", key))
+            continue
+        if prune_memory and known_pruned and key in known_pruned:
+            out.append(Outcome(index, "memory", key, memory_bytes=known_pruned[key]))
             continue
         if prune_memory:
             mem = peak_memory_bytes(cfg)

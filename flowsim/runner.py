@@ -1,8 +1,9 @@
 """Evaluate many configs: a local process pool (default) or a Dask cluster, a progress bar, the store.
 
 :func:`run_configs` splits the configs into batches, skips those whose key the results store already
-holds, runs :func:`flowsim.point.evaluate` on the rest where asked, and commits each finished batch to
-the store in one transaction as it arrives, so an interrupted run loses at most the batches in flight.
+holds (and, without re-checking, those it recorded as not fitting in memory), runs
+:func:`flowsim.point.evaluate` on the rest, and commits each finished batch to the store in one
+transaction as it arrives, so an interrupted run loses at most the batches in flight.
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ class Progress:
             self._draw(now, end="\r" if self.tty else "\n")
 
     def close(self) -> None:
-        """Draw the final line."""
-        if self.enabled:
+        """Draw the final line (nothing when nothing was done)."""
+        if self.enabled and self.done:
             self._draw(time.perf_counter(), end="\n")
 
     def _draw(self, now: float, end: str) -> None:
@@ -88,28 +89,30 @@ def _batches(configs: list, jobs: int) -> list:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-_STORED = frozenset()
+_KNOWN = (frozenset(), {})  # (stored keys, known memory-pruned keys) of a worker process
 
 
-def _init_worker(stored: frozenset) -> None:
-    global _STORED
-    _STORED = stored
+def _init_worker(stored: frozenset, known_pruned: dict) -> None:
+    global _KNOWN
+    _KNOWN = (stored, known_pruned)
 
 
 def _evaluate_in_worker(batch: list, prune_memory: bool) -> list:
-    return evaluate(batch, _STORED, prune_memory)
+    return evaluate(batch, _KNOWN[0], prune_memory, _KNOWN[1])
 
 
-def _run_local(batches: list, stored: frozenset, jobs: int, prune_memory: bool) -> Iterator[list]:
+def _run_local(batches: list, stored: frozenset, known_pruned: dict, jobs: int,
+               prune_memory: bool) -> Iterator[list]:
     if jobs == 1 or len(batches) == 1:
         for b in batches:
-            yield evaluate(b, stored, prune_memory)
+            yield evaluate(b, stored, prune_memory, known_pruned)
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     if ctx.get_start_method() == "fork":
         simulate(batches[0][0][1])  # JIT-compiled kernels and caches are inherited by the forked workers
-    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(stored,))
+    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                             initargs=(stored, known_pruned))
     try:
         futures = [ex.submit(_evaluate_in_worker, b, prune_memory) for b in batches]
         for f in as_completed(futures):
@@ -119,7 +122,7 @@ def _run_local(batches: list, stored: frozenset, jobs: int, prune_memory: bool) 
 
 
 def dask_address(scheduler: str) -> str:
-    """``dask://HOST:PORT`` (or ``tcp://HOST:PORT``) as a dask.distributed address."""
+    """``scheduler`` (``dask://HOST:PORT`` or ``tcp://HOST:PORT``) as a dask.distributed address."""
     if scheduler.startswith("dask://"):
         scheduler = "tcp://" + scheduler[len("dask://"):]
     host_port = scheduler.split("://", 1)[-1]
@@ -128,21 +131,27 @@ def dask_address(scheduler: str) -> str:
     return scheduler
 
 
-def _run_dask(batches: list, stored: frozenset, scheduler: str, prune_memory: bool) -> Iterator[list]:
+def connect_dask(scheduler: str):
+    """A dask.distributed Client of ``scheduler`` (``dask://HOST:PORT``); ConfigError if it cannot be had."""
     address = dask_address(scheduler)
     try:
         from dask.distributed import Client
-        from dask.distributed import as_completed as dask_completed
     except ImportError:
         raise ConfigError("scheduler", "needs the optional dask[distributed] package "
                           "(pip install 'flowsim[dask]')", scheduler) from None
     try:
-        client = Client(address, timeout=DASK_CONNECT_TIMEOUT_S)
+        return Client(address, timeout=DASK_CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as e:
         raise ConfigError("scheduler", f"cannot reach the Dask scheduler ({type(e).__name__})", scheduler) from None
+
+
+def _run_dask(client, batches: list, stored: frozenset, known_pruned: dict, prune_memory: bool) -> Iterator[list]:
+    from dask.distributed import as_completed as dask_completed
+
     try:
-        [stored_f] = client.scatter([stored], broadcast=True)
-        futures = client.map(evaluate, batches, stored_keys=stored_f, prune_memory=prune_memory, pure=False)
+        stored_f, pruned_f = client.scatter([stored, known_pruned], broadcast=True)
+        futures = client.map(evaluate, batches, stored_keys=stored_f, prune_memory=prune_memory,
+                             known_pruned=pruned_f, pure=False)
         for f in dask_completed(futures):
             yield f.result()
     finally:
@@ -171,6 +180,8 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
         Skip simulating configs that do not fit in GPU memory.
     progress : bool
         Draw a progress line on stderr.
+    label : str
+        First word of the progress line.
 
     Raises
     ------
@@ -182,16 +193,22 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
     start = time.perf_counter()
     jobs = jobs or os.cpu_count() or 1
     stored = store.keys() if store is not None else frozenset()
+    known_pruned = store.memory_pruned() if store is not None else {}
     batches = _batches(list(configs), jobs)
     outcomes: list = [None] * len(configs)
+    if scheduler:
+        stream = _run_dask(connect_dask(scheduler), batches, stored, known_pruned, prune_memory)
+    else:
+        stream = _run_local(batches, stored, known_pruned, jobs, prune_memory)
     bar = Progress(len(configs), label, progress)
-    stream = _run_dask(batches, stored, scheduler, prune_memory) if scheduler else \
-        _run_local(batches, stored, jobs, prune_memory)
     try:
         for result in stream:
             new = [(config_dict(configs[o.index]), o.point) for o in result if o.status == "evaluated"]
+            too_big = {o.key: o.memory_bytes for o in result if o.status == "memory" and o.key not in known_pruned}
             if store is not None and new:
                 store.put(new, study)
+            if store is not None and too_big:
+                store.put_memory_pruned(too_big)
             for o in result:
                 outcomes[o.index] = o
             bar.advance(len(result))

@@ -8,14 +8,15 @@ the :class:`LayoutSpace` dimensions and splits it into configs that pass every r
 that break one, counted by the rule (the ``field`` of the :class:`~flowsim.ConfigError` the config
 loader raises).
 
-Pruning is hierarchical, so the rules are checked for each *skeleton* (tp, pp, vpp, cp, sp) by
-:func:`flowsim.build_config` itself, then for each micro-batch size and schedule, and the remaining
-dimensions (recompute, ZeRO stage), which no rule ties to other fields, are filled in with
-:func:`dataclasses.replace`. Micro-batch and schedule are checked with :meth:`SimConfig.validate`, the
-rules ``build_config`` applies. A skeleton that breaks a rule breaks
-it for every micro-batch size, schedule, recompute and ZeRO stage (the rules on those are monotone:
-``gbs % (mbs * dp)`` fails for every multiple of a failing ``dp``), so its whole subtree is counted under
-that rule without building it. Memory is checked later, per config, by :func:`fits_memory`.
+Pruning is hierarchical. Each *skeleton* (tp, pp, vpp, cp, ep, sp) is built by
+:func:`flowsim.build_config` itself; each micro-batch size and schedule is then checked with
+:meth:`SimConfig.validate` (the rules ``build_config`` applies); the remaining dimensions (recompute,
+ZeRO stage), which no rule ties to other fields, are filled in with :func:`dataclasses.replace`. A
+skeleton that breaks a rule breaks it for every micro-batch size, schedule, recompute and ZeRO stage (the
+rules on those are monotone: ``gbs % (mbs * dp)`` fails for every multiple of a failing ``dp``), so its
+whole subtree is counted under that rule without building it; ``tests/test_tune.py`` checks the counts
+against building every candidate. Memory is checked later, per config, by
+:func:`flowsim.point.peak_memory_bytes`.
 """
 from __future__ import annotations
 
@@ -36,14 +37,24 @@ MEMORY = "memory"
 """Pruning reason: the most loaded GPU needs more memory than it has."""
 
 
+def layout_overrides(tp: int, pp: int, vpp: int, cp: int, ep: int, dp: int, sp: bool, mbs: int, recompute: str,
+                     zero: int, schedule: str) -> dict:
+    """The :func:`flowsim.build_config` keys of a layout (the :class:`Layout` fields; ``dp`` 0 = derive it).
+
+    ZeRO stage 1 is expressed as Megatron-LM's ``use_distributed_optimizer``, other stages as ``zero_stage``.
+    """
+    return dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, dp=dp, sp=sp, mbs=mbs, recompute=recompute,
+                use_distributed_optimizer=zero == 1, zero_stage=zero if zero != 1 else 0, schedule=schedule)
+
+
 @dataclass(frozen=True)
 class Layout:
     """One parallel layout (the tunable part of a config).
 
     Attributes
     ----------
-    tp, pp, vpp, cp, dp : int
-        Tensor, pipeline, virtual-pipeline (chunks per rank), context and data parallel sizes.
+    tp, pp, vpp, cp, ep, dp : int
+        Tensor, pipeline, virtual-pipeline (chunks per rank), context, expert and data parallel sizes.
     sp : bool
         Sequence parallelism.
     mbs : int
@@ -60,6 +71,7 @@ class Layout:
     pp: int
     vpp: int
     cp: int
+    ep: int
     dp: int
     sp: bool
     mbs: int
@@ -69,10 +81,10 @@ class Layout:
 
     @classmethod
     def of(cls, cfg: SimConfig) -> "Layout":
-        """The layout of a built config."""
+        """The layout of the built config ``cfg``."""
         t = cfg.training
         zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-        return cls(tp=t.tp, pp=t.pp, vpp=t.vpp, cp=t.cp, dp=t.dp, sp=t.sequence_parallel,
+        return cls(tp=t.tp, pp=t.pp, vpp=t.vpp, cp=t.cp, ep=t.ep, dp=t.dp, sp=t.sequence_parallel,
                    mbs=t.micro_batch_size, recompute=t.recompute_granularity, zero=zero, schedule=t.schedule)
 
     def to_dict(self) -> dict:
@@ -81,13 +93,12 @@ class Layout:
 
     def overrides(self) -> dict:
         """Config keys (aliases accepted by :func:`flowsim.build_config`) that select this layout."""
-        return dict(tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, dp=self.dp, sp=self.sp, mbs=self.mbs,
-                    recompute=self.recompute, use_distributed_optimizer=self.zero == 1,
-                    zero_stage=self.zero if self.zero != 1 else 0, schedule=self.schedule)
+        return layout_overrides(**self.to_dict())
 
     def label(self) -> str:
         """Compact one-line description, e.g. ``tp8 pp8 vpp1 cp1 dp16 sp mbs1 none z1 1f1b``."""
-        return (f"tp{self.tp} pp{self.pp} vpp{self.vpp} cp{self.cp} dp{self.dp} {'sp' if self.sp else 'nosp'} "
+        return (f"tp{self.tp} pp{self.pp} vpp{self.vpp} cp{self.cp} {f'ep{self.ep} ' if self.ep > 1 else ''}"
+                f"dp{self.dp} {'sp' if self.sp else 'nosp'} "
                 f"mbs{self.mbs} {self.recompute} z{self.zero} {self.schedule}")
 
 
@@ -118,7 +129,7 @@ class LayoutSpace:
 
     Attributes
     ----------
-    tp, pp, vpp, cp, mbs : tuple[int, ...]
+    tp, pp, vpp, cp, ep, mbs : tuple[int, ...]
         Candidate sizes. ``dp`` follows from the GPU count.
     sp : tuple[bool, ...]
         Sequence parallelism off / on (only ``False`` is tried with tp = 1).
@@ -136,6 +147,7 @@ class LayoutSpace:
     vpp: tuple
     cp: tuple
     mbs: tuple
+    ep: tuple = (1,)
     sp: tuple = (False, True)
     recompute: tuple = RECOMPUTE
     zero: tuple = ZERO_STAGES
@@ -143,33 +155,35 @@ class LayoutSpace:
 
     @classmethod
     def default(cls, base: SimConfig, *, max_tp: int = 0, max_pp: int = 0, max_vpp: int = 8, max_cp: int = 8,
-                max_mbs: int = 8, **fixed) -> "LayoutSpace":
+                max_ep: int = 0, max_mbs: int = 8, **fixed) -> "LayoutSpace":
         """The space ``flowsim tune`` searches for ``base``'s model and cluster.
 
         tp: powers of two up to ``max_tp`` (default: the NVLink domain); pp: divisors of the GPU count up
         to ``max_pp`` (default: the layer count); vpp 1..``max_vpp``; cp: powers of two up to ``max_cp``;
+        ep: 1 for dense models, else powers of two up to ``max_ep`` (default: the expert count);
         mbs 1..``max_mbs``. ``fixed`` replaces any dimension by the given values (e.g. ``tp=(8,)``).
         """
         c, m = base.cluster, base.model
         for name, v in (("max_tp", max_tp), ("max_pp", max_pp), ("max_vpp", max_vpp), ("max_cp", max_cp),
-                        ("max_mbs", max_mbs)):
+                        ("max_ep", max_ep), ("max_mbs", max_mbs)):
             if not isinstance(v, int) or v < 0:
                 raise ConfigError(name, "must be a non-negative integer", v)
         space = dict(tp=_powers_of_two(max_tp or c.nvlink_domain),
                      pp=_divisors(c.num_gpus, max_pp or m.num_layers),
                      vpp=tuple(range(1, max(max_vpp, 1) + 1)),
                      cp=_powers_of_two(max(max_cp, 1)),
+                     ep=_powers_of_two(max_ep or m.num_moe_experts) if m.num_moe_experts else (1,),
                      mbs=tuple(range(1, max(max_mbs, 1) + 1)))
         unknown = set(fixed) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ConfigError(sorted(unknown)[0], "is not a layout dimension (tp, pp, vpp, cp, mbs, sp, "
+            raise ConfigError(sorted(unknown)[0], "is not a layout dimension (tp, pp, vpp, cp, ep, mbs, sp, "
                               "recompute, zero, schedules)")
         space.update({k: tuple(v) if isinstance(v, (list, tuple)) else (v,) for k, v in fixed.items()})
         return cls(**space).checked()
 
     def checked(self) -> "LayoutSpace":
         """Return self after checking every dimension (raises ConfigError naming the first bad one)."""
-        for name in ("tp", "pp", "vpp", "cp", "mbs"):
+        for name in ("tp", "pp", "vpp", "cp", "ep", "mbs"):
             _check_dim(name, getattr(self, name))
         _check_dim("sp", self.sp, (False, True))
         _check_dim("recompute", self.recompute, RECOMPUTE)
@@ -201,7 +215,8 @@ class Enumeration:
     pruned: dict
 
 
-def _schedules(space: LayoutSpace, pp: int, vpp: int) -> tuple:
+def schedules_for(space: LayoutSpace, pp: int, vpp: int) -> tuple:
+    """The schedules ``space`` tries for a layout with ``pp`` stages of ``vpp`` chunks."""
     if pp == 1:
         return ("1f1b",)
     return ("interleaved",) if vpp > 1 else space.schedules
@@ -217,20 +232,19 @@ def enumerate_layouts(base: Mapping, space: LayoutSpace) -> Enumeration:
     configs: list = []
     total = 0
     n_leaf = len(space.recompute) * len(space.zero)
-    for tp, pp, vpp, cp, sp in itertools.product(space.tp, space.pp, space.vpp, space.cp, space.sp):
+    for tp, pp, vpp, cp, ep, sp in itertools.product(space.tp, space.pp, space.vpp, space.cp, space.ep, space.sp):
         if sp and tp == 1:
             continue  # sequence parallelism is a TP mode: (tp=1, sp) is not a candidate
-        scheds = _schedules(space, pp, vpp)
+        scheds = schedules_for(space, pp, vpp)
         subtree = len(space.mbs) * len(scheds) * n_leaf
         total += subtree
         try:
-            skel = build_config(base, tp=tp, pp=pp, vpp=vpp, cp=cp, dp=0, sp=sp, mbs=1, schedule=scheds[0],
-                          recompute="none", use_distributed_optimizer=False, zero_stage=0)
+            skel = build_config(base, **layout_overrides(tp, pp, vpp, cp, ep, dp=0, sp=sp, mbs=1, recompute="none",
+                                                         zero=0, schedule=scheds[0]))
         except ConfigError as e:
             pruned[e.field] += subtree
             continue
-        for cfg in _expand(skel, space, scheds, pruned):
-            configs.append(cfg)
+        configs.extend(_expand(skel, space, scheds, pruned))
     return Enumeration(configs=tuple(configs), candidates=total, pruned=dict(pruned))
 
 

@@ -1,0 +1,208 @@
+"""The results store: every evaluated design point in an embedded SQLite database.
+
+One row per point, keyed by :func:`flowsim.point.config_key` (SHA-256 of the full normalised config and
+the flowsim version), so a rerun or a resumed, interrupted sweep finds what was already computed.
+Rows are written inside transactions (a row is either wholly there or not at all) in WAL mode, so a
+process killed mid-sweep leaves every committed row intact and readable.
+
+A file that is not a flowsim store (not SQLite, or SQLite without flowsim's marker table) is refused
+with a one-line :class:`~flowsim.ConfigError` before anything is written to it.
+
+Schema (version 1)::
+
+    flowsim_meta(name TEXT PRIMARY KEY, value TEXT)        -- ('schema', 'flowsim-results'), ('schema_version', '1')
+    points(key TEXT PRIMARY KEY, flowsim_version TEXT, created_s REAL, study TEXT, model TEXT, gpu TEXT,
+           num_gpus INTEGER, step_time_s REAL, tokens_per_s REAL, mfu REAL, memory_bytes_per_gpu REAL,
+           fits_memory INTEGER, config_json TEXT, point_json TEXT)
+    memory_pruned(key TEXT PRIMARY KEY, memory_bytes_per_gpu REAL)  -- configs found not to fit (not simulated)
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from flowsim._version import __version__
+from flowsim.errors import ConfigError
+from flowsim.point import PointResult
+
+SCHEMA = "flowsim-results"
+SCHEMA_VERSION = "1"
+_SQLITE_MAGIC = b"SQLite format 3\x00"  # first 16 bytes of every SQLite 3 file (sqlite.org/fileformat.html)
+_COLUMNS = ("key", "flowsim_version", "created_s", "study", "model", "gpu", "num_gpus", "step_time_s",
+            "tokens_per_s", "mfu", "memory_bytes_per_gpu", "fits_memory", "config_json", "point_json")
+
+
+def default_path() -> Path:
+    """``$FLOWSIM_DB`` if set, else ``$XDG_CACHE_HOME/flowsim/results.sqlite`` (``~/.cache`` by default)."""
+    if os.environ.get("FLOWSIM_DB"):
+        return Path(os.environ["FLOWSIM_DB"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "flowsim" / "results.sqlite"
+
+
+def _check_foreign(path: Path) -> None:
+    """Raise ConfigError unless ``path`` is absent, empty or starts like an SQLite file."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ConfigError("db", "is a directory, not a flowsim results database", str(path))
+    with open(path, "rb") as f:
+        head = f.read(len(_SQLITE_MAGIC))
+    if head and head != _SQLITE_MAGIC:
+        raise ConfigError("db", "is not a flowsim results database (not SQLite); nothing was written to it",
+                          str(path))
+
+
+class ResultStore:
+    """A results database (use as a context manager, or call :meth:`close`).
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        Database file. Default :func:`default_path`.
+    create : bool
+        Create the file (and its folder) if absent; else a missing file is an error.
+
+    Raises
+    ------
+    ConfigError
+        ``db`` is not a flowsim results database (another SQLite file, or not SQLite at all), the file
+        cannot be opened, or it is missing and ``create`` is false.
+    """
+
+    def __init__(self, path: str | Path | None = None, create: bool = True):
+        self.path = Path(path) if path is not None else default_path()
+        if not create and not self.path.exists():
+            raise ConfigError("db", "no results database here yet (flowsim tune and sweep create it)", str(self.path))
+        _check_foreign(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30.0)
+        except (OSError, sqlite3.Error) as e:
+            raise ConfigError("db", f"cannot open: {e}", str(self.path)) from None
+        try:
+            self._init_schema()
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise ConfigError("db", f"is not a usable flowsim results database ({e})", str(self.path)) from None
+
+    def _init_schema(self) -> None:
+        db = self._db
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "flowsim_meta" not in tables:
+            db.close()
+            raise ConfigError("db", "is an SQLite database that flowsim did not create (tables: "
+                              f"{', '.join(sorted(tables))}); nothing was written to it", str(self.path))
+        if tables:
+            meta = dict(db.execute("SELECT name, value FROM flowsim_meta"))
+            if meta.get("schema") != SCHEMA or meta.get("schema_version") != SCHEMA_VERSION:
+                db.close()
+                raise ConfigError("db", f"has schema {meta.get('schema')} v{meta.get('schema_version')}, "
+                                  f"expected {SCHEMA} v{SCHEMA_VERSION}", str(self.path))
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: committed rows survive a killed process
+        if not tables:
+            with db:
+                db.execute("CREATE TABLE flowsim_meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                db.executemany("INSERT INTO flowsim_meta VALUES (?, ?)",
+                               [("schema", SCHEMA), ("schema_version", SCHEMA_VERSION)])
+                db.execute("CREATE TABLE points(key TEXT PRIMARY KEY, flowsim_version TEXT NOT NULL, "
+                           "created_s REAL NOT NULL, study TEXT, model TEXT, gpu TEXT, num_gpus INTEGER, "
+                           "step_time_s REAL NOT NULL, tokens_per_s REAL, mfu REAL, "
+                           "memory_bytes_per_gpu REAL, fits_memory INTEGER, config_json TEXT NOT NULL, "
+                           "point_json TEXT NOT NULL)")
+                db.execute("CREATE INDEX points_study ON points(study)")
+        with db:  # added to schema v1 after its first release: created in older stores on open
+            db.execute("CREATE TABLE IF NOT EXISTS memory_pruned(key TEXT PRIMARY KEY, "
+                       "memory_bytes_per_gpu REAL NOT NULL)")
+
+    def close(self) -> None:
+        """Close the connection (committed rows are already on disk)."""
+        self._db.close()
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def keys(self) -> frozenset:
+        """Keys of every stored point."""
+        return frozenset(r[0] for r in self._db.execute("SELECT key FROM points"))
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+
+    def put(self, items: list, study: str = "") -> int:
+        """Store ``items``, a list of (config dict, :class:`PointResult`) pairs, labelled ``study``, in one
+        transaction.
+
+        Points already stored are left as they are (their ``created_s`` too). Returns the rows added.
+        """
+        now = time.time()
+        rows = []
+        for cfg, p in items:
+            rows.append((p.key, __version__, now, study, cfg["model"].get("name"), cfg["cluster"]["gpu"],
+                         cfg["cluster"]["num_gpus"], p.step_time_s, p.tokens_per_s, p.mfu, p.memory_bytes_per_gpu,
+                         int(p.fits_memory), json.dumps(cfg, sort_keys=True, default=str), json.dumps(p.to_dict())))
+        before = self._db.total_changes
+        with self._db:  # one transaction: all rows or none
+            self._db.executemany(f"INSERT OR IGNORE INTO points VALUES ({', '.join('?' * len(_COLUMNS))})", rows)
+        return self._db.total_changes - before
+
+    def put_memory_pruned(self, items: dict) -> None:
+        """Record configs that do not fit in memory (``items``: key -> peak bytes), in one transaction."""
+        with self._db:
+            self._db.executemany("INSERT OR IGNORE INTO memory_pruned VALUES (?, ?)", list(items.items()))
+
+    def memory_pruned(self) -> dict:
+        """Peak memory bytes of every config recorded as not fitting, by key."""
+        return dict(self._db.execute("SELECT key, memory_bytes_per_gpu FROM memory_pruned"))
+
+    def get(self, keys) -> dict:
+        """Stored :class:`PointResult` of each of ``keys`` found, by key."""
+        keys = list(keys)
+        out = {}
+        for i in range(0, len(keys), 900):  # SQLite's default limit on host parameters is 999
+            chunk = keys[i:i + 900]
+            q = f"SELECT key, point_json FROM points WHERE key IN ({', '.join('?' * len(chunk))})"
+            for key, text in self._db.execute(q, chunk):
+                out[key] = PointResult.from_dict(json.loads(text))
+        return out
+
+    def created(self) -> dict:
+        """``created_s`` (Unix time the row was written) of every stored point, by key."""
+        return dict(self._db.execute("SELECT key, created_s FROM points"))
+
+    def frame(self, study: str | None = None) -> pd.DataFrame:
+        """Every stored point (of ``study`` if given) as a DataFrame: one row per point, the columns of
+        :meth:`PointResult.to_dict` plus ``study``, ``model``, ``gpu``, ``num_gpus``, ``flowsim_version``,
+        ``created_s`` and the cluster fields of the config (``gpus_per_node``, ``nics_per_node``,
+        ``nic_gbps``, ``oversubscription``, ``network``)."""
+        q = "SELECT study, model, gpu, num_gpus, flowsim_version, created_s, config_json, point_json FROM points"
+        args = ()
+        if study is not None:
+            q += " WHERE study = ?"
+            args = (study,)
+        rows = []
+        for st, model, gpu, n, ver, created, cfg_text, pt_text in self._db.execute(q + " ORDER BY created_s", args):
+            cluster = json.loads(cfg_text)["cluster"]
+            row = {"study": st, "model": model, "gpu": gpu, "num_gpus": n, "flowsim_version": ver,
+                   "created_s": created}
+            row.update({k: cluster[k] for k in ("gpus_per_node", "nics_per_node", "nic_gbps", "oversubscription",
+                                                "network")})
+            row.update(json.loads(pt_text))
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def results_frame(db: str | Path | None = None, study: str | None = None) -> pd.DataFrame:
+    """The pandas view of the results store ``db`` (default path if None), only ``study``'s points if given
+    (see :meth:`ResultStore.frame`)."""
+    with ResultStore(db, create=False) as store:
+        return store.frame(study)
