@@ -44,3 +44,23 @@ main.add_command(topo)
 from flowsim.cli.simai_cmd import simai  # noqa: E402
 
 main.add_command(simai)
+
+from flowsim.cli.tune_cmd import tune  # noqa: E402
+
+main.add_command(tune)
+
+from flowsim.cli.sweep_cmd import sweep  # noqa: E402
+
+main.add_command(sweep)
+
+from flowsim.cli.results_cmd import results  # noqa: E402
+
+main.add_command(results)
+
+from flowsim.cli.trace_cmd import validate_trace_cmd  # noqa: E402
+
+main.add_command(validate_trace_cmd)
+
+from flowsim.cli.report_cmd import report  # noqa: E402
+
+main.add_command(report)
