@@ -24,12 +24,13 @@ import pandas as pd
 from flowsim.comm_layout import group_layout
 from flowsim.config import SimConfig, build_config
 from flowsim.gpu_specs import get_gpu
-from flowsim.kernels import op_times
+from flowsim.kernels import KERNEL_MIN_TIME_S, op_times
+from flowsim.kernels.memory import memory_reference, stream_efficiency
 from flowsim.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.result import CollectiveChoice, Result, StageBreakdown
 from flowsim.schedule import PipelineTimeline, simulate_pipeline
-from flowsim.workload import ADAM_BYTES_PER_PARAM, ADAM_FLOPS_PER_PARAM, OpSet, build_workload, \
+from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
 
 # Transformer Engine userbuffers (TP comm overlap) run their pipelined reduce-scatter kernels on 16 SMs
@@ -219,43 +220,46 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
     # expert-data-parallel ranks
     parts = [(g, n) for g, n in (("dp", wl.stage_params[stage]), ("edp", wl.stage_expert_params[stage]))
              if n > 0 and comms.groups[g][0] > 1]
-    buckets = []  # (seconds, SMs held) per gradient bucket, in the order the reduction issues them
-    gathers = []
+    times, sms, g_times, g_sms = [], [], [], []  # per group: seconds of one bucket, bucket count, SMs held
     for g, n in parts:
         nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / t.bucket_size_bytes)))
         size = n * GRAD_REDUCE_BYTES / nb
-        buckets += [(comms.time(g, op, size, nb), comms.ctas(g, op, size))] * nb
+        times.append(np.full(nb, comms.time(g, op, size, nb)))
+        sms.append(comms.ctas(g, op, size))
         if zero >= 1:
             gsize = n * PARAM_GATHER_BYTES / nb
-            gathers += [(comms.time(g, "allgather", gsize, nb), comms.ctas(g, "allgather", gsize))] * nb
-    if not buckets:
+            g_times.append(np.full(nb, comms.time(g, "allgather", gsize, nb)))
+            g_sms.append(comms.ctas(g, "allgather", gsize))
+    if not times:
         return 0.0, 0.0
-    total = sum(b for b, _ in buckets)
+    bucket_s = np.concatenate(times)  # in the order the reduction issues them
+    total = float(bucket_s.sum())
     end = timeline.end_s[stage]
     if t.overlap_grad_reduce:
+        # bucket k is ready evenly over the last backward of its chunk (chunks in order of completion)
         starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
         order = np.argsort(ends)
-        nb = len(buckets)
-        per_chunk = [nb // len(order) + (1 if i < nb % len(order) else 0) for i in range(len(order))]
-        clock, k = 0.0, 0
-        for c, n_c in zip(order, per_chunk):
-            for j in range(n_c):
-                ready = starts[c] + (ends[c] - starts[c]) * (j + 1) / n_c
-                clock = max(clock, ready) + buckets[k][0]
-                k += 1
+        nb = bucket_s.size
+        per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
+        chunk = np.repeat(order, per_chunk)
+        j = np.concatenate([np.arange(1, k + 1) for k in per_chunk])
+        ready = starts[chunk] + (ends[chunk] - starts[chunk]) * j / np.repeat(per_chunk, per_chunk)
+        # one stream: finish_k = max(finish_{k-1}, ready_k) + t_k, i.e. S_n + max_k (ready_k - S_{k-1})
+        before = np.concatenate([[0.0], np.cumsum(bucket_s)[:-1]])
+        clock = total + float(np.max(ready - before))
         grad_exposed = max(0.0, clock - end)
     else:
         grad_exposed = total
     # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
-    share = max(sms for _, sms in buckets) / comms.gpu.sm_count
+    share = max(sms) / comms.gpu.sm_count
     grad_exposed += (total - grad_exposed) * share
     gather_exposed = 0.0
-    if gathers:
+    if g_times:
+        gather_s = np.concatenate(g_times)
         if t.overlap_param_gather:
-            share = max(sms for _, sms in gathers) / comms.gpu.sm_count
-            gather_exposed = gathers[0][0] + sum(x for x, _ in gathers[1:]) * share
+            gather_exposed = float(gather_s[0] + gather_s[1:].sum() * max(g_sms) / comms.gpu.sm_count)
         else:
-            gather_exposed = sum(x for x, _ in gathers)
+            gather_exposed = float(gather_s.sum())
     return grad_exposed, gather_exposed
 
 
@@ -266,9 +270,8 @@ def _optimizer_s(cfg, wl, gpu) -> np.ndarray:
     edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)
     n = (np.asarray(wl.stage_params) / (t.dp * t.cp if zero >= 1 else 1)
          + np.asarray(wl.stage_expert_params) / (edp if zero >= 1 else 1))
-    ops = pd.DataFrame({"kind": ["memory"] * len(n), "dtype": ["fp32"] * len(n), "flops": ADAM_FLOPS_PER_PARAM * n,
-                        "bytes": ADAM_BYTES_PER_PARAM * n})
-    return op_times(ops, gpu)
+    eff = stream_efficiency(memory_reference(gpu).measured)
+    return np.maximum(ADAM_BYTES_PER_PARAM * n / (gpu.hbm_Bps * eff), KERNEL_MIN_TIME_S)
 
 
 def _coerce_config(config, overrides) -> SimConfig:

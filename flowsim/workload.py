@@ -53,7 +53,6 @@ ROPE_BYTES = 2 * ACT_BYTES                    # read and write q and k
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
 # gradient buffer writes 4 more.
 ADAM_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 + 4
-ADAM_FLOPS_PER_PARAM = 12  # a dozen FLOP per element; negligible next to the traffic
 
 
 class CommOp(NamedTuple):

@@ -13,7 +13,12 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 def gpu_keys() -> list[str]:
     """Keys of the built-in GPUs, sorted (the file names in ``data/`` without ``.yaml``)."""
-    return sorted(p.stem for p in DATA_DIR.glob("*.yaml"))
+    return list(_keys())
+
+
+@functools.lru_cache(maxsize=1)
+def _keys() -> tuple:
+    return tuple(sorted(p.stem for p in DATA_DIR.glob("*.yaml")))
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,7 +49,7 @@ def get_gpu(name_or_path: str) -> GPUSpec:
         validation error of the spec file.
     """
     name = str(name_or_path).strip()
-    if name.lower() in gpu_keys():
+    if name.lower() in _keys():
         return _builtin(name.lower())
     path = Path(name).expanduser()
     if path.is_file():

@@ -54,6 +54,7 @@ def attention_bytes(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, 
     return elem_bytes * (q + kv) * np.where(backward, 4.0, 2.0)
 
 
+@functools.lru_cache(maxsize=None)
 def attention_reference(gpu: GPUSpec) -> Reference:
     """The measured GPU whose FlashAttention tables price attention on ``gpu``."""
     keys = sorted(set(load_table("flash_attention")["gpu"]))

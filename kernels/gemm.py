@@ -110,6 +110,7 @@ def mamf_dtype(dtype: str) -> str:
     return "fp8" if dtype == "fp8" else "bf16"
 
 
+@functools.lru_cache(maxsize=None)
 def gemm_reference(gpu: GPUSpec, dtype: str) -> Reference:
     """The measured GPU whose MAMF ceiling prices ``dtype`` GEMMs on ``gpu`` (see flowsim.kernels.reference)."""
     mdt = mamf_dtype(dtype)
@@ -119,6 +120,7 @@ def gemm_reference(gpu: GPUSpec, dtype: str) -> Reference:
     return choose_reference(gpu, gpu.peak(dtype), cands, "gemm_mamf", mdt)
 
 
+@functools.lru_cache(maxsize=None)
 def latency_reference(gpu: GPUSpec) -> Reference:
     """The measured GPU whose GEMM launch latency applies to ``gpu`` (similarity: bf16/fp16 peak)."""
     keys = sorted(load_table("gemm_latency")["gpu"])

@@ -23,6 +23,7 @@ def _candidates() -> list[Candidate]:
     ]
 
 
+@functools.lru_cache(maxsize=None)
 def memory_reference(gpu: GPUSpec) -> Reference:
     """The measured device whose stream efficiency prices memory-bound ops on ``gpu``."""
     return choose_reference(gpu, gpu.hbm_Bps, _candidates(), "hbm_stream", "-")
