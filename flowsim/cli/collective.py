@@ -11,7 +11,8 @@ from flowsim.comm_layout import group_layout
 from flowsim.config.cluster import CPUS, ClusterConfig
 from flowsim.config.loader import list_presets, load_preset
 from flowsim.errors import ConfigError
-from flowsim.gpu_specs import get_gpu
+from flowsim.gpu_specs import GPUSpec, get_gpu
+from flowsim.collective_flows import flow_comparison, run_collective
 from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, cost_table, predict
 from flowsim.units import GB, GiB, KiB, MiB, US
 from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
@@ -22,6 +23,7 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)B?\s*$", re.I)
 NCCL_TESTS_TYPE = "float"
 """Element type shown in the count/type columns (nccl-tests' default, 4 bytes)."""
 _TYPE_BYTES = 4
+ENGINES = ("analytic", "flow")
 
 _TABLE = [
     ("size_bytes", "size (B)", ".0f"),
@@ -106,9 +108,9 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
-def build_layout(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_node: int | None,
-                 nic_gbps: float | None, gpu: str | None, cpu: str | None) -> CommLayout:
-    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster, with overrides.
+def build_cluster(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_node: int | None,
+                  nic_gbps: float | None, gpu: str | None, cpu: str | None) -> tuple[ClusterConfig, GPUSpec]:
+    """The cluster of ``nodes`` hosts of a preset, with overrides, and its GPU.
 
     Parameters
     ----------
@@ -121,7 +123,7 @@ def build_layout(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_n
 
     Returns
     -------
-    CommLayout
+    (ClusterConfig, GPUSpec)
     """
     fields = load_preset("clusters", cluster)
     for key, value in (("gpus_per_node", gpus_per_node), ("nics_per_node", nics_per_node),
@@ -135,7 +137,24 @@ def build_layout(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_n
     fields["name"] = cluster
     cfg = ClusterConfig(**fields)
     cfg.validate()
-    return group_layout(cfg, get_gpu(cfg.gpu), cfg.num_gpus, 1)
+    return cfg, get_gpu(cfg.gpu)
+
+
+def build_layout(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_node: int | None,
+                 nic_gbps: float | None, gpu: str | None, cpu: str | None) -> CommLayout:
+    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster.
+
+    Parameters
+    ----------
+    cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu
+        As in :func:`build_cluster`.
+
+    Returns
+    -------
+    CommLayout
+    """
+    cfg, spec = build_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    return group_layout(cfg, spec, cfg.num_gpus, 1)
 
 
 def _cluster_options(func):
@@ -149,6 +168,9 @@ def _cluster_options(func):
         click.option("--cpu", type=click.Choice(CPUS), help="Host CPU family (NCCL's LL cap, network overhead)."),
         click.option("--algo", help="NCCL_ALGO-style override, e.g. ring, ^nvls, allreduce:tree."),
         click.option("--proto", help="NCCL_PROTO-style override, e.g. simple, ^ll128."),
+        click.option("--engine", type=click.Choice(ENGINES), default="analytic", show_default=True,
+                     help="analytic: NCCL's cost model with fill and calibration; flow: the algorithm's plan of "
+                          "transfers run as flows on the cluster topology (docs/NCCL.md, Flow engine)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
     ]
     for opt in reversed(options):
@@ -169,7 +191,7 @@ def _count(op: str, size: int, n_ranks: int) -> int:
 @_cluster_options
 @user_errors
 def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-               as_json):
+               engine, as_json):
     """Predict one collective over a size sweep, printed like nccl-tests (plus NCCL's algo/proto).
 
     Sizes follow nccl-tests: for allgather, reducescatter and alltoall SIZE is the total buffer
@@ -179,23 +201,27 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
     \b
         flowsim collective --op allreduce --cluster dgx-h100 --nodes 2 --sizes 1M:1G
     """
-    layout = build_layout(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    cfg, spec = build_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    layout = group_layout(cfg, spec, cfg.num_gpus, 1)
     if explain and op in P2P_OPS:
         raise ConfigError("--explain", f"{op} is point-to-point: NCCL has no cost table for it", op)
     rows, tables = [], []
     for size in parse_sizes(sizes):
-        est = predict(op, size, layout, algo=algo, proto=proto)
+        if engine == "flow":
+            est = run_collective(cfg, spec, op, size, list(range(cfg.num_gpus)), algo=algo, proto=proto)
+        else:
+            est = predict(op, size, layout, algo=algo, proto=proto)
         rows.append({**est.to_dict(), "count": _count(op, size, layout.n_ranks), "type": NCCL_TESTS_TYPE})
         if explain:
             tables.append((size, cost_table(op, size, layout)))
     if as_json:
-        out = {"layout": layout.to_dict(), "rows": rows}
+        out = {"layout": layout.to_dict(), "engine": engine, "rows": rows}
         if explain:
             out["cost_tables"] = [{"size_bytes": s, "rows": t.to_dict(orient="records")} for s, t in tables]
         echo_json(out)
         return
     click.echo(f"# {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x {layout.ranks_per_node}, "
-               f"{layout.nics_per_node} NIC(s)/node; GB/s = 1e9 B/s")
+               f"{layout.nics_per_node} NIC(s)/node; {engine} engine; GB/s = 1e9 B/s")
     click.echo(format_table([{**r, "time_us": r["time_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
                               "busbw_GBps": r["busbw_Bps"] / GB} for r in rows], _TABLE))
     for size, table in tables:
@@ -213,7 +239,7 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
 @_cluster_options
 @user_errors
 def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-                  as_json):
+                  engine, as_json):
     """Compare an nccl-tests / rccl-tests LOG with the model: per size, measured and predicted time and busbw.
 
     The summary gives the median and max |busbw error| for sizes >= 1 MiB and below; busbw error =
@@ -223,11 +249,14 @@ def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_nod
     \b
         flowsim validate-nccl all_reduce.log --cluster dgx-h100 --algo ring
     """
-    layout = build_layout(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    cfg, spec = build_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    layout = group_layout(cfg, spec, cfg.num_gpus, 1)
     parsed = read_nccl_tests(log, op=op, n_ranks=layout.n_ranks)
     cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None)
+    if engine == "flow":
+        cmp = flow_comparison(cmp, cfg, spec, algo=algo, proto=proto)
     if as_json:
-        echo_json({"layout": layout.to_dict(), **cmp.to_dict()})
+        echo_json({"layout": layout.to_dict(), "engine": engine, **cmp.to_dict()})
         return
     rows = [{**r, "measured_time_us": r["measured_time_s"] / US, "predicted_time_us": r["predicted_time_s"] / US,
              "measured_busbw_GBps": r["measured_busbw_Bps"] / GB, "predicted_busbw_GBps": r["predicted_busbw_Bps"] / GB,

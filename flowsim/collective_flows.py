@@ -1,0 +1,337 @@
+"""NCCL collectives executed as flows on the cluster topology, several groups at once.
+
+:func:`run_collective` picks the algorithm and protocol as NCCL does (:func:`flowsim.nccl_models.predict`,
+restricted to the algorithms that have a plan), builds the rank-level plan
+(:func:`flowsim.nccl_models.plans.build_plan`), maps each group's ranks onto its GPUs, routes every transfer
+through :func:`flowsim.topology.build_topology`'s graph (:func:`flowsim.routing.route`) and runs the transfers of
+all groups in one flow simulation (:func:`flowsim.netsim.simulate`), so that groups sharing NICs, leaves or
+spines share their bandwidth max-min fairly.
+
+Two things are added to the topology's links, both from the analytic model's calibration:
+
+* **Kernel link.** A collective's CTAs move data at most as fast as NCCL's graph bandwidth (channels x
+  per-channel speed, ``tuning.cc`` busBw), often below the wires (H100: 360 GB/s of ring bandwidth on
+  450 GB/s NVLink). Each (group, rank) gets one virtual link on all its outgoing transfers, of capacity
+  ``NCCL algbw x wire bytes the rank sends / size``: alone, a rank moves its bytes in NCCL's time. RCCL's
+  xGMI efficiency (:data:`flowsim.nccl_models.execution.RCCL_XGMI_BW_EFFICIENCY`) scales it on one node.
+  AllToAll and Send/Recv (no NCCL bandwidth) use the analytic model's algbw without its latency.
+* **Network efficiency.** Scale-out links (NIC to leaf and above) carry
+  :data:`flowsim.nccl_models.execution.NET_BW_EFFICIENCY` of their line rate: the analytic model's measured
+  achieved fraction of a NIC, here a property of the link, so that groups sharing a NIC split what it
+  really delivers.
+
+Latency: link latencies of the path are not added; NCCL's per-step ``hwLat`` (spread over the plan's critical
+path) already covers the network hop. Ring and tree transfers leaving a node go through the NIC on their
+ring's rail (PXN, as NCCL's rings enter and leave a node on one rail), except on an xGMI mesh, where a ring
+leaves through its last GPU's own NIC (:mod:`flowsim.nccl_models.plans`); AllToAll uses PXN when asked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from flowsim.comm_layout import group_layout
+from flowsim.config.cluster import ClusterConfig
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import GPUSpec
+from flowsim.nccl_models import P2P_OPS, CommLayout, busbw_factor, parse_override, predict
+from flowsim.nccl_models.constants import ALGO_NAMES, Algo
+from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency
+from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
+from flowsim.nccl_models.tuning import cost_model
+from flowsim.nccl_models.estimate import _COLL
+from flowsim.netsim import simulate
+from flowsim.routing import route
+from flowsim.topology import _TIER_NAMES, LinkKind, Topology, build_topology
+from flowsim.validation.nccl_tests import NcclComparison, summarize
+
+__all__ = ["FlowCollectiveResult", "run_collective", "strided_groups", "cached_topology", "flow_comparison"]
+
+
+@dataclass(frozen=True)
+class FlowCollectiveResult:
+    """One collective run as flows by every group at once.
+
+    Attributes
+    ----------
+    op, algo, proto : str
+        Collective and NCCL's algorithm / protocol names (``P2P``/``Simple`` for AllToAll and Send/Recv).
+    size_bytes : float
+        Size per group, nccl-tests convention.
+    n_ranks : int
+        Ranks per group.
+    time_s : float
+        Time until the last group finishes, seconds (NCCL base latency included).
+    algbw_Bps, busbw_Bps : float
+        ``size / time_s`` and its nccl-tests bus bandwidth, bytes/s.
+    group_time_s : tuple[float, ...]
+        Time of each group, seconds.
+    n_transfers : int
+        Transfers simulated (all groups).
+    link_utilization : tuple[dict, ...]
+        Per link tier carrying traffic: ``tier``, ``links`` (used), ``max_utilization`` and
+        ``mean_utilization`` (wire bytes / (capacity x time), over the used links; scale-out capacity is the
+        effective one, line rate x ``NET_BW_EFFICIENCY``); ``tier = "kernel"`` is the virtual kernel link
+        (module docstring).
+    """
+
+    op: str
+    algo: str
+    proto: str
+    size_bytes: float
+    n_ranks: int
+    time_s: float
+    algbw_Bps: float
+    busbw_Bps: float
+    group_time_s: tuple
+    n_transfers: int
+    link_utilization: tuple
+
+    def to_dict(self) -> dict:
+        """Field mapping with units in the key names (what ``--json`` prints)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    def __repr__(self) -> str:
+        return (f"FlowCollectiveResult({self.op} {self.size_bytes:.0f} B x {len(self.group_time_s)} group(s) of "
+                f"{self.n_ranks}: {self.time_s * 1e6:.1f} us {self.algo}/{self.proto}, "
+                f"busbw {self.busbw_Bps / 1e9:.1f} GB/s)")
+
+
+@lru_cache(maxsize=16)
+def cached_topology(cluster: ClusterConfig, gpu: GPUSpec) -> Topology:
+    """:func:`flowsim.topology.build_topology`, cached per (cluster, GPU)."""
+    return build_topology(cluster, gpu)
+
+
+def strided_groups(n_ranks: int, stride: int, n_groups: int = 1) -> list[list[int]]:
+    """Groups ``[i + k * stride for k < n_ranks]`` for ``i < n_groups`` (e.g. the DP groups of all TP ranks).
+
+    Parameters
+    ----------
+    n_ranks, stride, n_groups : int
+        Ranks per group, distance between members, number of groups (>= 1 each).
+
+    Returns
+    -------
+    list of list of int
+        Global GPU ids.
+    """
+    for name, v in (("n_ranks", n_ranks), ("stride", stride), ("n_groups", n_groups)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(name, "must be a positive integer", v)
+    return [[i + k * stride for k in range(n_ranks)] for i in range(n_groups)]
+
+
+def _groups_of(group_ranks, concurrent_groups, num_gpus: int) -> np.ndarray:
+    """int64[n_groups, n_ranks] of global GPU ids, checked."""
+    try:
+        first = np.asarray(group_ranks, dtype=np.int64)
+    except (TypeError, ValueError):
+        raise ConfigError("group_ranks", "must be a list of global GPU ids", group_ranks) from None
+    if first.ndim != 1 or first.size < 1:
+        raise ConfigError("group_ranks", "must be a non-empty list of global GPU ids", group_ranks)
+    if isinstance(concurrent_groups, int) and not isinstance(concurrent_groups, bool):
+        if concurrent_groups < 1:
+            raise ConfigError("concurrent_groups", "must be >= 1 or a list of groups", concurrent_groups)
+        groups = first[None, :] + np.arange(concurrent_groups)[:, None]
+    else:
+        try:
+            groups = np.asarray([first, *concurrent_groups], dtype=np.int64)
+        except (TypeError, ValueError):
+            raise ConfigError("concurrent_groups", "groups must all have the same number of ranks",
+                              concurrent_groups) from None
+    if groups.min() < 0 or groups.max() >= num_gpus:
+        raise ConfigError("group_ranks", f"GPU ids must be in [0, {num_gpus})", int(groups.max()))
+    if np.unique(groups).size != groups.size:
+        raise ConfigError("concurrent_groups", "groups must not share GPUs (or repeat one)",
+                          groups.tolist() if groups.size <= 32 else f"{groups.shape[0]} groups")
+    return groups
+
+
+def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray) -> CommLayout:
+    """Layout of the groups; each must be an increasing arithmetic progression, all of one shape."""
+    g = np.sort(groups, axis=1)
+    n = g.shape[1]
+    stride = int(g[0, 1] - g[0, 0]) if n > 1 else 1
+    if n > 1 and np.any(np.diff(g, axis=1) != stride):
+        raise ConfigError("group_ranks", "groups must be evenly spaced global ranks (first + k * stride), "
+                                         "all with the same stride", groups[0].tolist()[:16])
+    layouts = {group_layout(cluster, gpu, n, stride, first_rank=int(f)) for f in g[:, 0]}
+    if len(layouts) != 1:
+        raise ConfigError("concurrent_groups", "groups must have the same layout (nodes, NICs)", len(layouts))
+    return layouts.pop()
+
+
+def _algo_override(op: str, algo: str | None, layout: CommLayout) -> str | None:
+    """NCCL_ALGO string allowing only the algorithms with a plan (and the user's override)."""
+    if op in P2P_OPS:
+        return algo
+    allowed = parse_override(algo, op, "algo") if algo else frozenset(Algo)
+    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS and not (a == Algo.NVLS and layout.n_nodes > 1)}
+    if not planned:
+        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:3])} (NVLS on one "
+                                  f"scale-up domain) only", algo)
+    return ",".join(sorted(ALGO_NAMES[a].lower() for a in planned))
+
+
+def _kernel_Bps(plan: Plan, layout: CommLayout, est_algbw_Bps: float) -> np.ndarray:
+    """Capacity of each rank's kernel link, wire bytes/s (module docstring)."""
+    if plan.algo == "P2P":  # the analytic time less its latency, which the plan's transfers carry
+        algbw = plan.size_bytes / (plan.size_bytes / est_algbw_Bps - plan.latency_s[0])
+    else:
+        a = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS}[plan.algo]
+        p = {"LL": 0, "LL128": 1, "Simple": 2}[plan.proto]
+        eff = bw_efficiency(layout) / (NET_BW_EFFICIENCY if layout.n_nodes > 1 else 1.0)
+        algbw = cost_model(_COLL[plan.op], layout).algbw_Bps[a, p] * eff
+    sent = plan.sent_bytes() * plan.wire_factor
+    return np.where(sent > 0, algbw * sent / plan.size_bytes, algbw)
+
+
+def _paths(topo: Topology, plan: Plan, groups: np.ndarray, kernel_base: int, pxn: bool):
+    """CSR paths (kernel link + topology links) of every transfer of every group."""
+    G, n = groups.shape
+    m = plan.n_transfers
+    src = np.tile(plan.src, G)
+    dst = np.tile(plan.dst, G)
+    gi = np.repeat(np.arange(G), m)
+    src_gpu = np.where(src >= 0, groups[gi, np.maximum(src, 0)], -1)
+    dst_gpu = np.where(dst >= 0, groups[gi, np.maximum(dst, 0)], -1)
+    routed = np.flatnonzero((src >= 0) & (dst >= 0))
+    up = np.flatnonzero((src >= 0) & (dst == SWITCH))
+    down = np.flatnonzero((src == SWITCH) & (dst >= 0))
+    if (up.size or down.size) and np.any(topo.gpu_up_link < 0):
+        raise ConfigError("algo", "NVLS needs an NVSwitch in the topology", topo.scaleup_kind)
+    channels = int(plan.channel.max()) + 1
+    r = route(topo, src_gpu[routed], dst_gpu[routed], flow_id=gi[routed] * channels + np.tile(plan.channel, G)[routed],
+              pxn=pxn)
+    has_kernel = src >= 0
+    count = has_kernel.astype(np.int64)
+    count[routed] += np.diff(r.ptr)
+    count[up] += 1
+    count[down] += 1
+    ptr = np.zeros(count.size + 1, dtype=np.int64)
+    np.cumsum(count, out=ptr[1:])
+    links = np.empty(ptr[-1], dtype=np.int64)
+    first = ptr[:-1]
+    links[first[has_kernel]] = kernel_base + gi[has_kernel] * n + src[has_kernel]
+    after = first + has_kernel
+    hop = np.arange(r.links.size) - np.repeat(r.ptr[:-1], np.diff(r.ptr))
+    links[np.repeat(after[routed], np.diff(r.ptr)) + hop] = r.links
+    links[after[up]] = topo.gpu_up_link[src_gpu[up]]
+    links[after[down]] = topo.gpu_down_link[dst_gpu[down]]
+    return ptr, links
+
+
+def _utilization(topo: Topology, link_bytes: np.ndarray, capacity: np.ndarray, time_s: float) -> tuple:
+    kinds = np.concatenate([topo.link_kind.astype(np.int64), np.full(capacity.size - topo.n_links, -1)])
+    util = link_bytes / (capacity * time_s) if time_s > 0 else np.zeros_like(capacity)
+    out = []
+    for k in np.unique(kinds[link_bytes > 0]):
+        used = (kinds == k) & (link_bytes > 0)
+        out.append({"tier": "kernel" if k < 0 else _TIER_NAMES[LinkKind(k)], "links": int(used.sum()),
+                    "max_utilization": float(util[used].max()), "mean_utilization": float(util[used].mean())})
+    return tuple(out)
+
+
+def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, group_ranks, *,
+                   algo: str | None = None, proto: str | None = None, concurrent_groups=1, pxn: bool = True,
+                   max_transfers: int = DEFAULT_MAX_TRANSFERS) -> FlowCollectiveResult:
+    """Run one collective per group as flows on the cluster, all groups at once.
+
+    Parameters
+    ----------
+    cluster : ClusterConfig
+        The cluster (its topology is built once and cached).
+    gpu : GPUSpec
+        The GPU.
+    op : str
+        One of :data:`flowsim.nccl_models.OPS`.
+    size_bytes : float
+        Bytes per group, nccl-tests convention; > 0.
+    group_ranks : sequence of int
+        Global GPU ids of the first group, evenly spaced (``first + k * stride``); see :func:`strided_groups`.
+    algo, proto : str, optional
+        NCCL_ALGO / NCCL_PROTO overrides. The choice is NCCL's among the algorithms with a plan (Ring, Tree,
+        NVLS on one domain); NVLSTree, CollNet and PAT are never chosen.
+    concurrent_groups : int or sequence of sequences of int
+        ``k``: the first group and its copies shifted by ``1 .. k-1`` GPUs (e.g. the DP groups of all TP
+        ranks); or the other groups' GPU ids. Groups must not share GPUs.
+    pxn : bool, optional
+        AllToAll / Send/Recv leave the host through the NIC on the destination's rail (NCCL PXN). Rings and
+        trees always do (module docstring).
+    max_transfers : int, optional
+        Per group; see :func:`flowsim.nccl_models.plans.build_plan`.
+
+    Returns
+    -------
+    FlowCollectiveResult
+
+    Raises
+    ------
+    ConfigError
+        Bad op, size, groups (out of range, overlapping, uneven), or an algorithm without a plan.
+    """
+    topo = cached_topology(cluster, gpu)
+    groups = _groups_of(group_ranks, concurrent_groups, topo.num_gpus)
+    layout = _layout(cluster, gpu, groups)
+    est = predict(op, size_bytes, layout, algo=_algo_override(op, algo, layout), proto=proto)
+    if layout.n_ranks == 1:
+        return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
+                                    (0.0,) * groups.shape[0], 0, ())
+    plan = build_plan(op, est.size_bytes, layout, est.algo, est.proto, max_transfers=max_transfers)
+    G = groups.shape[0]
+    ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
+    ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
+    capacity = topo.capacity_Bps.copy()
+    capacity[topo.link_kind >= LinkKind.NIC_LEAF] *= NET_BW_EFFICIENCY
+    capacity = np.concatenate([capacity, np.tile(_kernel_Bps(plan, layout, est.algbw_Bps), G)])
+    m = plan.n_transfers
+    nd = plan.dep_idx.size
+    dep_ptr = np.concatenate([(plan.dep_ptr[:-1][None, :] + nd * np.arange(G)[:, None]).ravel(), [nd * G]])
+    dep_idx = (plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
+    res = simulate(capacity, ptr, links, np.tile(plan.payload_bytes * plan.wire_factor, G),
+                   dep_ptr=dep_ptr, dep_idx=dep_idx, latency_s=np.tile(plan.latency_s, G))
+    group_t = res.finish_s.reshape(G, m).max(axis=1) + plan.base_latency_s
+    t = float(group_t.max())
+    algbw = est.size_bytes / t
+    return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, layout.n_ranks, t, algbw,
+                                algbw * busbw_factor(op, layout.n_ranks), tuple(float(x) for x in group_t), m * G,
+                                _utilization(topo, res.link_bytes, res.capacity_Bps, t))
+
+
+def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSpec, *, algo: str | None = None,
+                    proto: str | None = None) -> NcclComparison:
+    """Redo an nccl-tests comparison with the flow engine, on all GPUs of ``cluster`` as one communicator.
+
+    Parameters
+    ----------
+    analytic : NcclComparison
+        :func:`flowsim.validation.nccl_tests.compare_nccl_tests` of the log (its rows, sections and skipped
+        lines are kept; the predictions are replaced).
+    cluster : ClusterConfig
+        The measured system; every GPU is a rank.
+    gpu : GPUSpec
+        Its GPU.
+    algo, proto : str, optional
+        NCCL_ALGO / NCCL_PROTO overrides of the run (ignored for AllToAll and Send/Recv, as in the analytic
+        comparison).
+
+    Returns
+    -------
+    NcclComparison
+        Same rows with ``predicted_time_s``, ``predicted_busbw_Bps``, ``busbw_error``, ``algo``, ``proto``
+        from :func:`run_collective`.
+    """
+    rows = analytic.rows.copy()
+    ranks = list(range(cluster.num_gpus))
+    results = [run_collective(cluster, gpu, op, size, ranks, algo=None if op in P2P_OPS else algo,
+                              proto=None if op in P2P_OPS else proto)
+               for op, size in zip(rows["op"], rows["size_bytes"])]
+    rows["predicted_time_s"] = [r.time_s for r in results]
+    rows["predicted_busbw_Bps"] = [r.busbw_Bps for r in results]
+    rows["busbw_error"] = rows["measured_time_s"] / rows["predicted_time_s"] - 1.0
+    rows["algo"] = [r.algo for r in results]
+    rows["proto"] = [r.proto for r in results]
+    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), analytic.skipped)

@@ -1,0 +1,561 @@
+"""NCCL algorithms as plans of point-to-point transfers between ranks (no topology; numpy only).
+
+A :class:`Plan` lists, for one collective on one communicator, every transfer NCCL's kernels make: source and
+destination rank, payload bytes, channel (ring/tree), step, the transfers it waits for (CSR) and a latency.
+:mod:`flowsim.collective_flows` maps ranks onto GPUs of a topology and runs the plan with the flow engine.
+Research notes ``shared/research/nccl-model.md`` sec. 1.5 (chunking) and 1.7 (structure).
+
+Rank placement (NCCL 2.30.7 ``src/graph/search.cc``, ``connect.cc``, ``trees.cc``): communicator ranks are
+node-major, ``ppn = n_ranks / n_nodes`` per node. Ring ``c`` visits in every node the local ranks ``s_c, s_c +
+1, ..., s_c - 1`` (mod ``ppn``) with ``s_c = c * ppn / R``, then the next node, so each ring enters and leaves
+each node once, through the NIC rail of its first GPU (the exit goes through PXN to that rail). On a full xGMI
+mesh the rings follow edge-disjoint Walecki cycles (one node) or zigzag paths (several nodes; the path of node
+``j + 1`` starts at the local rank where node ``j``'s ended, so the ring stays on one rail without PXN), so that
+rings use different mesh links. ``R``, the number of *distinct* rings, is 1 on one NVSwitch node (every channel
+follows the same ring, ``graph->sameChannels``), ``ppn - 2`` on one mesh node, and ``min(channels, NICs, ppn)``
+on several nodes: NCCL's channels that follow the same ring are merged into one ring carrying their bytes
+(identical flows on identical paths drain at the same rate). Tree channel ``c`` uses the same intra-node chain
+from ``s_c`` and the NCCL double binary tree across nodes (``trees.cc`` ``ncclGetBtree`` / ``ncclGetDtree``):
+tree ``c % 2``.
+
+Structure (sec. 1.7): Ring AllReduce ``2(n-1)`` steps per loop, AllGather/ReduceScatter ``n-1``; a loop moves
+``n x chunk`` per channel, the chunk by protocol (sec. 1.5: Simple ``min(2 MiB, S / (channels x n))``, LL 32
+KiB, LL128 576,000 B). Loops pipeline through the steps: (loop l, step s, rank r) waits for (l, s - 1) of the
+previous rank (its data) and for (l - 1, s) of the same rank (the connection's FIFO). Tree AllReduce: reduce up
+the chain and tree, broadcast down, pipelined in chunks (Simple 512 KiB, LL 32 KiB, LL128 one LL128 step; Simple
+and LL128 shrunk by NCCL's ladders when a channel has few chunks for the tree's depth). Broadcast/Reduce: the
+ring as a chain from/to root 0, chunks of 512 KiB. NVLS: every GPU sends its chunk up to the NVSwitch (``dst =
+SWITCH``), a zero-byte barrier (``src = dst = SWITCH``) stands for the switch-side reduction once every GPU's
+chunk has arrived, then every GPU receives the result (``src = SWITCH``); on one scale-up domain only. AllToAll:
+every rank sends ``S / n`` to every other rank, all at once. Send/Recv: rank ``r`` sends ``S`` to ``r + 1``.
+
+Merging: a plan with more transfers than ``max_transfers`` merges consecutive steps and loops (Ring) or chunks
+(Tree, chains, NVLS) into fewer, larger transfers. In a ring every rank works in every step, so merged steps
+move the same bytes over the same links and keep the bandwidth time. Trees and chains are pipelines whose fill
+grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP`` chunk groups per hop,
+every edge instead streams its bytes at once without dependencies (a long pipeline's steady state) and the fill
+of NCCL's real chunks, ``(depth - 1)`` chunks at the per-channel rate, is added as latency.
+
+Latency: NCCL's latency for the chosen (algorithm, protocol), ``tuning.cc`` ``latencies`` (base + per-step
+``hwLat``), is what the plan must cost when nothing else runs; NVLS adds the analytic model's calibrated
+pipeline fill (``NVLS_FILL_CHUNKS``) and small-chunk cost (``NVLS_CHUNK_OVERHEAD_S``), which its three-stage
+plan (up, switch, down) does not produce, and streamed trees/chains add their fill (see Merging). In the flow
+engine a transfer's latency also delays the transfers that wait on it through the FIFO, so a per-step ``hwLat``
+on every transfer would charge it once per chunk. The plan therefore spreads NCCL's step latencies evenly over
+its critical path (the longest chain of dependent transfers, ``critical_path``) and keeps the base latency apart
+(``base_latency_s``), so an uncontended run costs exactly NCCL's latency whatever the merging.
+
+Protocols: ``wire_factor`` scales payload to bytes on the wire: LL sends 8 B of data per 16 B line (x2), LL128
+120 B of data per 128 B line (x128/120); Simple x1.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from flowsim.errors import ConfigError
+from flowsim.nccl_models.constants import (
+    BASE_LAT_S, BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, RING_CHUNK_STEPS,
+    SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto,
+)
+from flowsim.nccl_models.estimate import _COLL
+from flowsim.nccl_models.execution import bw_efficiency, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s
+from flowsim.nccl_models.graph import graphs_of
+from flowsim.nccl_models.layout import CommLayout
+from flowsim.nccl_models.p2p import p2p_latency_s
+from flowsim.nccl_models.tuning import cost_model, n_steps
+
+__all__ = ["SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "btree_parent", "distinct_rings", "dtree_parent",
+           "walecki_rings", "zigzag_path"]
+
+SWITCH = -1
+"""Rank id of the NVSwitch in NVLS plans (the scale-up switch of the source/destination GPU's domain)."""
+
+PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "P2P")
+"""Algorithms (NCCL names) that have a plan; NVLSTree, CollNet and PAT have none."""
+
+DEFAULT_MAX_TRANSFERS = 1 << 13
+"""Transfers above which a plan merges steps/loops/chunks (a cost cap, set from benchmarks/bench_collectives.py)."""
+
+_WIRE_FACTOR = {Proto.LL: 1.0 / LL_BW_FACTOR,  # NCCL 2.30.7 device.h: LL line = 8 B data + 8 B flags
+                Proto.LL128: 1.0 / TREE_LL128_BW_FACTOR_MULTI,  # NCCL 2.30.7 device.h: 120 B data / 128 B line
+                Proto.SIMPLE: 1.0}
+_PROTO = {"LL": Proto.LL, "LL128": Proto.LL128, "Simple": Proto.SIMPLE}
+_ALGO = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS}
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Point-to-point transfers of one collective on one communicator.
+
+    Attributes
+    ----------
+    op, algo, proto : str
+        Collective, NCCL algorithm (``Ring``, ``Tree``, ``NVLS``, ``P2P``) and protocol names.
+    n_ranks : int
+        Ranks of the communicator.
+    size_bytes : float
+        Collective size, nccl-tests convention (total buffer for AllGather/ReduceScatter/AllToAll).
+    src, dst : int64[n_transfers]
+        Communicator ranks; :data:`SWITCH` (-1) is the NVSwitch in NVLS plans.
+    payload_bytes : float64[n_transfers]
+        User data each transfer carries, bytes (wire bytes = ``payload_bytes * wire_factor``).
+    channel : int64[n_transfers]
+        Ring or tree (distinct path) the transfer belongs to.
+    step : int64[n_transfers]
+        Ring step group, tree/chain chunk group, or AllToAll peer offset.
+    dep_ptr, dep_idx : int64[n_transfers + 1], int64[n_deps]
+        CSR: transfer t waits for ``dep_idx[dep_ptr[t]:dep_ptr[t + 1]]``.
+    latency_s : float64[n_transfers]
+        Delay after each transfer's last byte before its dependents may start, seconds (module docstring).
+    base_latency_s : float
+        NCCL's base latency of the (algorithm, protocol), paid once, seconds.
+    wire_factor : float
+        Wire bytes per payload byte of the protocol (LL 2, LL128 128/120, Simple 1).
+    critical_path : int
+        Transfers on the longest dependency chain.
+    """
+
+    op: str
+    algo: str
+    proto: str
+    n_ranks: int
+    size_bytes: float
+    src: np.ndarray
+    dst: np.ndarray
+    payload_bytes: np.ndarray
+    channel: np.ndarray
+    step: np.ndarray
+    dep_ptr: np.ndarray
+    dep_idx: np.ndarray
+    latency_s: np.ndarray
+    base_latency_s: float
+    wire_factor: float
+    critical_path: int
+
+    @property
+    def n_transfers(self) -> int:
+        """Number of transfers."""
+        return int(self.src.size)
+
+    def sent_bytes(self) -> np.ndarray:
+        """float64[n_ranks]: payload bytes each rank sends (transfers from the switch excluded)."""
+        ok = self.src >= 0
+        return np.bincount(self.src[ok], weights=self.payload_bytes[ok], minlength=self.n_ranks)
+
+    def received_bytes(self) -> np.ndarray:
+        """float64[n_ranks]: payload bytes each rank receives (transfers to the switch excluded)."""
+        ok = self.dst >= 0
+        return np.bincount(self.dst[ok], weights=self.payload_bytes[ok], minlength=self.n_ranks)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.op} {self.algo}/{self.proto} on {self.n_ranks} ranks: {self.n_transfers} transfers, "
+                f"critical path {self.critical_path})")
+
+
+def _csr(n: int, dependent: np.ndarray, dependency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (transfer -> dependencies) from pairs ``(dependent[i], dependency[i])``."""
+    order = np.argsort(dependent, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dependent, minlength=n), out=ptr[1:])
+    return ptr, dependency[order].astype(np.int64)
+
+
+def _groups(total: int, n_groups: int) -> np.ndarray:
+    """Sizes of ``n_groups`` consecutive groups splitting ``total`` items as evenly as possible."""
+    return np.diff(np.linspace(0, total, n_groups + 1).round().astype(np.int64))
+
+
+def btree_parent(n: int) -> np.ndarray:
+    """Parent of each of ``n`` nodes in NCCL's binary tree (``trees.cc`` ``ncclGetBtree``); -1 at root 0.
+
+    Node ``r > 0`` with lowest set bit ``b`` has parent ``(r ^ b) | (b << 1)``, or ``r ^ b`` when that is
+    ``>= n``.
+    """
+    r = np.arange(n, dtype=np.int64)
+    bit = r & -r
+    up = (r ^ bit) | (bit << 1)
+    up = np.where(up >= n, r ^ bit, up)
+    up[0] = -1
+    return up
+
+
+def dtree_parent(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parents in NCCL's double binary tree over ``n`` nodes (``trees.cc`` ``ncclGetDtree``).
+
+    Tree 0 is :func:`btree_parent`; tree 1 mirrors it (``n - 1 - r``) when ``n`` is even, else shifts it by one,
+    so that every node is a leaf in one tree and interior in the other.
+    """
+    t0 = btree_parent(n)
+    r = np.arange(n, dtype=np.int64)
+    if n % 2 == 0:
+        p = t0[n - 1 - r]
+        t1 = np.where(p < 0, -1, n - 1 - p)
+    else:
+        p = t0[(r - 1) % n]
+        t1 = np.where(p < 0, -1, (p + 1) % n)
+    return t0, t1
+
+
+def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str) -> float:
+    if op not in (*_COLL, "alltoall", "sendrecv"):
+        raise ConfigError("op", "must be one of allreduce, allgather, reducescatter, broadcast, reduce, "
+                                "alltoall, sendrecv", op)
+    try:
+        size = float(size_bytes)
+    except (TypeError, ValueError):
+        raise ConfigError("size_bytes", "must be a number of bytes", size_bytes) from None
+    if not (size > 0 and math.isfinite(size)):
+        raise ConfigError("size_bytes", "must be > 0", size_bytes)
+    if layout.n_ranks < 2:
+        raise ConfigError("n_ranks", "a plan needs >= 2 ranks (one rank moves no data)", layout.n_ranks)
+    if algo not in PLANNED_ALGOS:
+        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS)} only", algo)
+    if (algo == "P2P") != (op in ("alltoall", "sendrecv")):
+        raise ConfigError("algo", f"{op} does not run {algo}", algo)
+    if algo != "P2P" and proto not in _PROTO:
+        raise ConfigError("proto", "must be LL, LL128 or Simple", proto)
+    if algo == "NVLS" and (layout.n_nodes > 1 or op not in ("allreduce", "allgather", "reducescatter")):
+        raise ConfigError("algo", "NVLS plans cover AllReduce/AllGather/ReduceScatter on one scale-up domain",
+                          f"{op} on {layout.n_nodes} nodes")
+    if algo == "Tree" and op != "allreduce":
+        raise ConfigError("algo", "Tree runs AllReduce only", op)
+    return size
+
+
+def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str, *,
+               max_transfers: int = DEFAULT_MAX_TRANSFERS) -> Plan:
+    """The transfers of one collective as NCCL runs it with (``algo``, ``proto``).
+
+    Parameters
+    ----------
+    op : str
+        ``allreduce``, ``allgather``, ``reducescatter``, ``broadcast``, ``reduce``, ``alltoall`` or ``sendrecv``.
+    size_bytes : float
+        Bytes, nccl-tests convention; > 0.
+    layout : CommLayout
+        The communicator (>= 2 ranks).
+    algo, proto : str
+        NCCL names as :func:`flowsim.nccl_models.predict` reports them: ``Ring``, ``Tree``, ``NVLS`` with
+        ``LL``/``LL128``/``Simple``; ``P2P`` (proto ignored) for AllToAll and Send/Recv.
+    max_transfers : int, optional
+        Merge steps/loops/chunks until the plan has at most about this many transfers (module docstring).
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ConfigError
+        Unknown op, size <= 0, fewer than 2 ranks, or an algorithm without a plan or not valid for ``op``.
+    """
+    size = _check(op, size_bytes, layout, algo, proto)
+    if not isinstance(max_transfers, int) or max_transfers < 1:
+        raise ConfigError("max_transfers", "must be a positive integer", max_transfers)
+    if algo == "P2P":
+        return _p2p_plan(op, size, layout)
+    a, p = _ALGO[algo], _PROTO[proto]
+    coll = _COLL[op]
+    model = cost_model(coll, layout)
+    if model.reason[a][p] is not None:
+        raise ConfigError("algo", f"NCCL cannot run {algo}/{proto} here: {model.reason[a][p]}", algo)
+    base = float(BASE_LAT_S[a, p])
+    step_lat = float(model.latency_s[a, p]) - base
+    g = graphs_of(layout)
+    if a == Algo.NVLS:
+        parts = _nvls(op, size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
+    elif a == Algo.TREE:
+        parts = _tree(size, layout, g.exec_channels, p, max_transfers)
+    elif coll in (Coll.BROADCAST, Coll.REDUCE):
+        parts = _chain(op, size, layout, g.exec_channels, max_transfers)
+    else:
+        parts = _ring(coll, size, layout, g.exec_channels, p, max_transfers)
+    src, dst, payload, channel, step, dependent, dependency, depth, fill_bytes = parts
+    n = src.size
+    ptr, idx = _csr(n, dependent, dependency)
+    channels = g.nvls_exec_channels if a == Algo.NVLS else g.exec_channels
+    fill_s = fill_bytes / (float(model.algbw_Bps[a, p]) / channels)  # one chunk at the per-channel rate
+    if a == Algo.NVLS:  # NVLS's measured pipeline depth and per-chunk cost (execution.py), not in the plan
+        fill_s += (pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout))
+                   + nvls_chunk_overhead_s(model, size))
+    return Plan(op, algo, proto, layout.n_ranks, size, src, dst, payload, channel, step, ptr, idx,
+                np.full(n, (step_lat + fill_s) / depth), base, _WIRE_FACTOR[p], depth)
+
+
+def _mesh(layout: CommLayout) -> bool:
+    """A full mesh (xGMI) with an even number >= 4 of ranks per node: rings follow Walecki's cycles."""
+    ppn = layout.ranks_per_node
+    return layout.scaleup_kind == "xgmi_mesh" and ppn >= 4 and ppn % 2 == 0
+
+
+def distinct_rings(layout: CommLayout, channels: int) -> int:
+    """Rings (trees) with distinct paths.
+
+    One node: 1 on a switch (every channel follows the same ring), ``ppn - 2`` on a full mesh (Walecki's
+    edge-disjoint directed Hamiltonian cycles, :func:`walecki_rings`). Several nodes: ``min(channels, NICs,
+    ppn)``, one ring per NIC rail.
+    """
+    if layout.n_nodes == 1:
+        return min(channels, layout.ranks_per_node - 2) if _mesh(layout) else 1
+    return max(1, min(channels, layout.nics_per_node, layout.ranks_per_node))
+
+
+def walecki_rings(m: int) -> np.ndarray:
+    """int64[m - 2, m]: ``m - 2`` directed rings over ``m`` (even, >= 4) GPUs that share no directed link.
+
+    Walecki's decomposition of the complete graph K_m into ``(m - 2) / 2`` Hamiltonian cycles (Alspach, "The
+    wonderful Walecki construction", Bull. ICA 52, 2008): GPU ``m - 1`` then ``k, k + 1, k - 1, k + 2, k - 2,
+    ...`` (mod ``m - 1``) for cycle ``k``; each cycle is used in both directions. A mesh has one link per ordered
+    GPU pair, so rings on distinct directed links never share one (RCCL's rings on an xGMI mesh spread over its
+    links the same way [inferred]).
+    """
+    j = np.arange(m - 1)
+    offset = np.where(j % 2 == 1, (j + 1) // 2, -((j + 1) // 2))
+    k = np.arange((m - 2) // 2)[:, None]
+    cycles = np.concatenate([np.full((k.size, 1), m - 1), (k + offset[None, :]) % (m - 1)], axis=1)
+    return np.stack([cycles, cycles[:, ::-1]], axis=1).reshape(m - 2, m)
+
+
+def zigzag_path(m: int) -> np.ndarray:
+    """int64[m]: ``0, 1, m - 1, 2, m - 2, ...``; for even ``m`` its steps ``+1, -2, +3, ...`` are distinct mod ``m``.
+
+    So its ``m`` translates ``(path + k) mod m`` are Hamiltonian paths over ``m`` GPUs that share no directed
+    link (they decompose the complete directed graph): each starts at GPU ``k`` and ends at ``k + m / 2``.
+    """
+    j = np.arange(m)
+    return np.where(j % 2 == 1, (j + 1) // 2, -(j // 2)) % m
+
+
+def _ring_order(layout: CommLayout, n_rings: int) -> np.ndarray:
+    """int64[n_rings, n]: comm rank at each ring position (module docstring).
+
+    Ring ``c`` starts each node at local rank ``s_c = c * ppn / n_rings`` and follows the local ranks in order
+    (switch). On a full mesh it follows the Walecki ring ``c`` (one node, :func:`walecki_rings`) or the
+    zigzag path from ``s_c + j * ppn / 2`` in node ``j`` (several nodes, :func:`zigzag_path`): no two rings
+    share a mesh link, and a ring enters node ``j + 1`` at the local rank where it left node ``j`` (one rail).
+    """
+    ppn = layout.ranks_per_node
+    c = np.arange(n_rings)[:, None]
+    start = c * ppn // n_rings
+    if _mesh(layout) and layout.n_nodes == 1:
+        local = walecki_rings(ppn)[:n_rings]
+    elif _mesh(layout):  # node j starts where node j - 1 left: the ring stays on one NIC rail
+        shift = start[:, :, None] + np.arange(layout.n_nodes)[None, :, None] * (ppn // 2)
+        local = (zigzag_path(ppn)[None, None, :] + shift) % ppn
+    else:
+        local = (start + np.arange(ppn)) % ppn
+    node = np.arange(layout.n_nodes)[None, :, None]
+    local = local if local.ndim == 3 else local[:, None, :]
+    return (node * ppn + local).reshape(n_rings, -1)
+
+
+def _ring_chunk_bytes(p: Proto, size: float, channels: int, n: int) -> float:
+    """Per-channel chunk of one ring step (sec. 1.5, enqueue.cc calcCollChunking)."""
+    if p == Proto.SIMPLE:
+        return min(RING_CHUNK_STEPS * SIMPLE_STEP_BYTES, size / (channels * n))
+    return LL_STEP_DATA_BYTES if p == Proto.LL else LL128_STEP_DATA_BYTES
+
+
+def _ring(coll: Coll, size: float, layout: CommLayout, channels: int, p: Proto, max_transfers: int):
+    """Ring AllReduce / AllGather / ReduceScatter: (ring, loop group, step group, position) transfers."""
+    n = layout.n_ranks
+    R = distinct_rings(layout, channels)
+    steps = n_steps(coll, n)
+    loops = max(1, math.ceil(size / (n * channels * _ring_chunk_bytes(p, size, channels, n))))
+    allowed = max(1, max_transfers // (R * n))
+    n_lg = min(loops, max(math.isqrt(allowed), allowed // steps))  # loop groups overlap in a wavefront
+    n_sg = min(steps, max(1, allowed // n_lg))
+    step_sizes = _groups(steps, n_sg)
+    loop_frac = _groups(loops, n_lg) / loops
+    order = _ring_order(layout, R)
+    shape = (R, n_lg, n_sg, n)
+    c, lg, sg, q = (a.ravel() for a in np.indices(shape))
+    src = order[c, q]
+    dst = order[c, (q + 1) % n]
+    payload = size / (n * R) * step_sizes[sg] * loop_frac[lg]
+    tid = np.arange(src.size).reshape(shape)
+    prev_rank = tid[:, :, :-1, np.r_[n - 1, 0:n - 1]]  # (sg - 1, q - 1)
+    fifo = tid[:, :-1]  # (lg - 1, same sg, same q)
+    dependent = np.concatenate([tid[:, :, 1:].ravel(), tid[:, 1:].ravel()])
+    dependency = np.concatenate([prev_rank.ravel(), fifo.ravel()])
+    return src, dst, payload, c, sg, dependent, dependency, n_sg + n_lg - 1, 0.0
+
+
+def _pipelined(parent: np.ndarray, n_chunks: int, chunk_frac: np.ndarray, total_bytes: float,
+               reduce: bool, bcast: bool, stream: bool):
+    """Transfers of chunks pipelined along the trees of ``parent`` (int64[R, n], -1 at a root).
+
+    Reduce: ``x -> parent[x]`` after the chunk arrived from every child of ``x``; broadcast: ``parent[x] -> x``
+    after the chunk arrived at ``parent[x]`` (from its parent, or, at a root, from the reduce of its children).
+    Every edge carries ``total_bytes / R`` split over the chunks (``chunk_frac``); chunk ``k`` of an edge also
+    waits for chunk ``k - 1`` (FIFO). ``stream``: one chunk per edge and no dependencies (every edge streams at
+    once, the steady state of a long pipeline).
+    """
+    R, n = parent.shape
+    ring_of, child = np.nonzero(parent >= 0)
+    par = parent[ring_of, child]
+    E = child.size
+    edge_of = np.full((R, n), -1, dtype=np.int64)
+    edge_of[ring_of, child] = np.arange(E)
+    phases = int(reduce) + int(bcast)
+    shape = (n_chunks, phases, E)
+    tid = np.arange(n_chunks * phases * E).reshape(shape)
+    k, ph, e = (a.ravel() for a in np.indices(shape))
+    up = reduce & (ph == 0)
+    src = np.where(up, child[e], par[e])
+    dst = np.where(up, par[e], child[e])
+    payload = total_bytes / R * chunk_frac[k]
+    if stream:
+        none = np.zeros(0, dtype=np.int64)
+        return src, dst, payload, ring_of[e], k, none, none
+    pairs = [(tid[1:].ravel(), tid[:-1].ravel())]  # FIFO
+    above = edge_of[ring_of, par]  # edge from the parent upwards, -1 at a root
+    inner = above >= 0
+    if reduce:  # the edge above waits for each child edge
+        pairs.append((tid[:, 0, above[inner]].ravel(), tid[:, 0, np.flatnonzero(inner)].ravel()))
+    if bcast:
+        b = phases - 1
+        pairs.append((tid[:, b, np.flatnonzero(inner)].ravel(), tid[:, b, above[inner]].ravel()))
+        if reduce:  # below a root: wait for the reduce of every child edge of that root
+            top = np.flatnonzero(~inner)
+            d1, d2 = np.meshgrid(top, top, indexing="ij")
+            same = ring_of[d1] == ring_of[d2]
+            pairs.append((tid[:, b, d1[same]].ravel(), tid[:, 0, d2[same]].ravel()))
+    dependent = np.concatenate([p[0] for p in pairs])
+    dependency = np.concatenate([p[1] for p in pairs])
+    return src, dst, payload, ring_of[e], k, dependent, dependency
+
+
+def _depth(parent: np.ndarray) -> int:
+    """Edges on the longest path from a rank to its root (pointer jumping, vectorised over ranks)."""
+    depth = np.zeros(parent.shape, dtype=np.int64)
+    cur = parent.copy()
+    rows = np.arange(parent.shape[0])[:, None]
+    while np.any(cur >= 0):
+        depth += cur >= 0
+        cur = np.where(cur >= 0, parent[rows, np.maximum(cur, 0)], -1)
+    return int(depth.max())
+
+
+STREAM_CHUNKS_PER_HOP = 4
+"""A tree or chain whose budget allows fewer than this many chunk groups per hop of its depth runs as a stream
+(module docstring): with ``C`` chunk groups over ``D`` hops the fluid pipeline costs ``(D - 1) / C`` of the
+bandwidth time in fill, 25 % at 4 per hop, more than the stream's error (a cost cap, set by hand)."""
+
+
+def _chunking(n_chunks: int, edges_per_chunk: int, depth: int, chunk_bytes: float, max_transfers: int):
+    """(chunk groups, fraction of the bytes in each, critical path, fill bytes, stream) of a tree/chain pipeline.
+
+    Merges NCCL's ``n_chunks`` chunks into at most ``max_transfers / edges_per_chunk`` groups. When that leaves
+    fewer than :data:`STREAM_CHUNKS_PER_HOP` groups per hop of ``depth`` (and NCCL has more), the pipeline runs as
+    a stream: one group, no dependencies, and the fill of NCCL's real chunks, ``(depth - 1)`` chunks of
+    ``chunk_bytes``, is added as latency.
+    """
+    groups = min(n_chunks, max(1, max_transfers // max(edges_per_chunk, 1)))
+    if groups < min(n_chunks, STREAM_CHUNKS_PER_HOP * depth):
+        return 1, np.ones(1), 1, (depth - 1) * chunk_bytes, True
+    return groups, _groups(n_chunks, groups) / n_chunks, depth + groups - 1, 0.0, False
+
+
+# Tree chunk shrink ladders, NCCL enqueue.cc (computeColl / calcCollChunking, 2.12 .. 2.30) [recalled from the
+# source, not in the research notes; unverified]: Simple halves the chunk while a channel has fewer than
+# depth x 8 / x 4 / x 1 chunks and the chunk is above 128 / 64 / 32 KiB; LL128 while fewer than
+# nsteps x 64 / ppn and x 16 / ppn chunks and above 128 / 32 KiB, nsteps = 1 + log2(nNodes) + 0.1 ppn.
+_TREE_SIMPLE_SHRINK = ((8, 128 * 1024), (4, 64 * 1024), (1, 32 * 1024))
+_TREE_LL128_SHRINK = ((64, 128 * 1024), (16, 32 * 1024))
+
+
+def _tree_chunk_bytes(p: Proto, per_channel: float, depth: int, layout: CommLayout) -> float:
+    """NCCL's Tree chunk for ``per_channel`` bytes on a tree of ``depth`` (ranks, root to deepest leaf), bytes."""
+    if p == Proto.LL:
+        return LL_STEP_DATA_BYTES
+    if p == Proto.SIMPLE:
+        chunk, ladder, scale = SIMPLE_STEP_BYTES, _TREE_SIMPLE_SHRINK, depth
+    else:
+        ppn = layout.ranks_per_node
+        chunk = LL128_STEP_DATA_BYTES
+        ladder, scale = _TREE_LL128_SHRINK, (1 + math.log2(layout.n_nodes) + 0.1 * ppn) / ppn
+    for mult, floor in ladder:
+        while per_channel / chunk < scale * mult and chunk > floor:
+            chunk /= 2
+    return chunk
+
+
+def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfers: int):
+    """Tree AllReduce: intra-node chains + double binary tree, reduce up then broadcast down."""
+    ppn, nn = layout.ranks_per_node, layout.n_nodes
+    R = distinct_rings(layout, channels) * (2 if nn > 1 else 1)  # each ring path runs both trees
+    order = _ring_order(layout, R).reshape(R, nn, ppn)  # chain per node, head first
+    t0, t1 = dtree_parent(nn)
+    node_parent = np.stack([t0, t1])[np.arange(R) % 2]  # [R, nn]
+    parent = np.full((R, layout.n_ranks), -1, dtype=np.int64)
+    rows = np.arange(R)[:, None, None]
+    parent[rows, order[:, :, 1:]] = order[:, :, :-1]
+    heads = order[:, :, 0]
+    up_node = np.maximum(node_parent, 0)
+    parent[np.arange(R)[:, None], heads] = np.where(node_parent >= 0, heads[np.arange(R)[:, None], up_node], -1)
+    depth = _depth(parent)
+    per_channel = size / channels
+    chunk = _tree_chunk_bytes(p, per_channel, depth, layout)
+    n_chunks = max(1, math.ceil(per_channel / chunk))
+    groups, frac, path, fill, stream = _chunking(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth,
+                                                 min(chunk, per_channel), max_transfers)
+    return (*_pipelined(parent, groups, frac, size, True, True, stream), path, fill)
+
+
+def _chain(op: str, size: float, layout: CommLayout, channels: int, max_transfers: int):
+    """Broadcast (root 0 -> ring order) or Reduce (ring order -> root 0), pipelined in 512 KiB chunks."""
+    n = layout.n_ranks
+    R = distinct_rings(layout, channels)
+    order = _ring_order(layout, R)
+    root_pos = np.argmax(order == 0, axis=1)[:, None]
+    seq = order[np.arange(R)[:, None], (root_pos + np.arange(n)) % n]  # chain from the root
+    parent = np.full((R, n), -1, dtype=np.int64)
+    parent[np.arange(R)[:, None], seq[:, 1:]] = seq[:, :-1]
+    chunk = BCAST_CHUNK_STEPS * SIMPLE_STEP_BYTES
+    per_channel = size / channels
+    n_chunks = max(1, math.ceil(per_channel / chunk))
+    groups, frac, path, fill, stream = _chunking(n_chunks, R * (n - 1), n - 1, min(chunk, per_channel),
+                                                 max_transfers)
+    return (*_pipelined(parent, groups, frac, size, op == "reduce", op == "broadcast", stream), path, fill)
+
+
+def _nvls(op: str, size: float, layout: CommLayout, channels: int, heads: int, max_transfers: int):
+    """NVLS on one domain: per chunk group, every GPU up to the switch, a barrier, the switch down to every GPU."""
+    n = layout.n_ranks
+    up_bytes, down_bytes = {"allreduce": (size, size), "allgather": (size / n, size * (n - 1) / n),
+                            "reducescatter": (size * (n - 1) / n, size / n)}[op]
+    n_chunks = max(1, math.ceil(size / (channels * nvls_chunk_bytes(size, channels * heads))))
+    groups = min(n_chunks, max(1, max_transfers // (2 * n + 1)))
+    frac = _groups(n_chunks, groups) / n_chunks
+    per = 2 * n + 1
+    tid = np.arange(groups * per).reshape(groups, per)
+    ranks = np.arange(n)
+    src = np.tile(np.concatenate([ranks, [SWITCH], np.full(n, SWITCH)]), groups)
+    dst = np.tile(np.concatenate([np.full(n, SWITCH), [SWITCH], ranks]), groups)
+    k = np.repeat(np.arange(groups), per)
+    kind = np.tile(np.concatenate([np.zeros(n), [1], np.full(n, 2)]), groups)
+    payload = np.select([kind == 0, kind == 2], [up_bytes, down_bytes], 0.0) * frac[k]
+    ups, barrier, downs = tid[:, :n], tid[:, n], tid[:, n + 1:]
+    dependent = np.concatenate([np.repeat(barrier, n), downs.ravel(), ups[1:].ravel(), downs[1:].ravel()])
+    dependency = np.concatenate([ups.ravel(), np.repeat(barrier, n), ups[:-1].ravel(), downs[:-1].ravel()])
+    return src, dst, payload, np.zeros(src.size, dtype=np.int64), k, dependent, dependency, groups + 2, 0.0
+
+
+def _p2p_plan(op: str, size: float, layout: CommLayout) -> Plan:
+    """AllToAll (every rank ``S / n`` to every other rank) or Send/Recv (``S`` to the next rank), no deps."""
+    n = layout.n_ranks
+    if op == "alltoall":
+        r, i = (a.ravel() for a in np.indices((n, n - 1)))
+        src, dst, step = r, (r + i + 1) % n, i + 1
+        payload = np.full(src.size, size / n)
+    else:
+        src, dst, step = np.arange(n), (np.arange(n) + 1) % n, np.ones(n, dtype=np.int64)
+        payload = np.full(n, size)
+    m = src.size
+    lat = p2p_latency_s(layout)
+    return Plan(op, "P2P", "Simple", n, size, src, dst, payload, np.zeros(m, dtype=np.int64), step,
+                np.zeros(m + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.full(m, lat), 0.0, 1.0, 1)

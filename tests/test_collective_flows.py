@@ -1,0 +1,137 @@
+"""Collectives executed as flows (flowsim.collective_flows): closed forms, sharing, oversubscription, accuracy."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from flowsim.cli import main
+from flowsim.collective_flows import flow_comparison, run_collective, strided_groups
+from flowsim.comm_layout import group_layout
+from flowsim.config.cluster import ClusterConfig
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import get_gpu
+from flowsim.nccl_models.constants import Algo, Coll, Proto
+from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
+from flowsim.nccl_models.tuning import cost_model
+from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
+
+H100 = get_gpu("h100-sxm")
+GiB = 2**30
+
+
+def test_uncontended_ring_equals_closed_form():
+    # 8 hosts x 1 GPU x one 100 Gb/s NIC: the ring's bottleneck is the NIC at 12.5 GB/s x 0.9 = 11.25 GB/s,
+    # below the kernel link (NCCL's ring algbw x 2(n-1)/n = busBw = 12 GB/s here)
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=8, gpus_per_node=1, nics_per_node=1, nic_gbps=100)
+    model = cost_model(Coll.ALLREDUCE, group_layout(c, H100, 8, 1))
+    bus_kernel = model.algbw_Bps[Algo.RING, Proto.SIMPLE] * 2 * 7 / 8
+    B = min(12.5e9 * NET_BW_EFFICIENCY, bus_kernel)
+    assert B == pytest.approx(11.25e9)
+    r = run_collective(c, H100, "allreduce", GiB, list(range(8)), algo="ring", proto="simple")
+    # 2(n-1)/n x S / B + NCCL's latency (base + 14 steps x per-step latency) = 0.16722 s
+    expected = 2 * 7 / 8 * GiB / B + model.latency_s[Algo.RING, Proto.SIMPLE]
+    assert r.time_s == pytest.approx(expected, rel=0.02)
+    assert (r.algo, r.proto) == ("Ring", "Simple")
+
+
+def test_two_groups_on_one_nic_each_get_half():
+    # 2 hosts x 2 GPUs, one 100 Gb/s NIC per host; groups {0, 2} and {1, 3} both cross the same NICs
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=4, gpus_per_node=2, nics_per_node=1, nic_gbps=100)
+    alone = run_collective(c, H100, "allreduce", GiB, [0, 2], algo="ring", proto="simple")
+    both = run_collective(c, H100, "allreduce", GiB, [0, 2], algo="ring", proto="simple", concurrent_groups=[[1, 3]])
+    assert both.group_time_s[0] == pytest.approx(both.group_time_s[1])
+    assert both.time_s / alone.time_s == pytest.approx(2.0, rel=0.05)
+    assert alone.busbw_Bps == pytest.approx(12.5e9 * NET_BW_EFFICIENCY, rel=0.02)
+
+
+def test_oversubscription_slows_cross_leaf_ring():
+    # radix 4: leaves of 2 hosts with 2 up-ports (bundled, ecmp='ideal'); rings {0, 2} and {1, 3} cross leaves,
+    # so each leaf sends 2 NICs' worth up. 1:1 -> up-link = 2 NICs, no slowdown; 2:1 -> 1 NIC, time x 2
+    times = []
+    for over in (1.0, 2.0):
+        c = ClusterConfig(gpu="h100-sxm", num_gpus=4, gpus_per_node=1, nics_per_node=1, nic_gbps=100, switch_radix=4,
+                          ecmp="ideal", oversubscription=over)
+        times.append(run_collective(c, H100, "allreduce", GiB, [0, 2], algo="ring", proto="simple",
+                                    concurrent_groups=[[1, 3]]).time_s)
+    assert times[1] / times[0] == pytest.approx(2.0, rel=0.05)
+
+
+def test_dp_groups_on_disjoint_rails_run_as_one():
+    # 4 DGX H100 hosts; the 8 DP groups (stride 8) each use their own NIC rail: no sharing, equal times
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=32)
+    one = run_collective(c, H100, "allreduce", 256 * 2**20, strided_groups(4, 8)[0])
+    all8 = run_collective(c, H100, "allreduce", 256 * 2**20, strided_groups(4, 8)[0], concurrent_groups=8)
+    np.testing.assert_allclose(all8.group_time_s, one.time_s, rtol=1e-6)
+    assert all8.n_transfers == 8 * one.n_transfers
+
+
+def test_merged_plan_within_one_percent_of_unmerged():
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=16)
+    kw = dict(algo="ring", proto="simple")
+    full = run_collective(c, H100, "allreduce", GiB, list(range(16)), max_transfers=10**6, **kw)
+    merged = run_collective(c, H100, "allreduce", GiB, list(range(16)), max_transfers=500, **kw)
+    assert merged.n_transfers < full.n_transfers / 10
+    assert merged.time_s == pytest.approx(full.time_s, rel=0.01)
+
+
+# (file, section, cluster, nodes, gpu, cpu, algo): the H100 single-node ring and MI325X multi-node ring datasets
+DATASETS = [
+    ("h100_8gpu_allreduce_ring_together.txt", 0, 1, "h100-sxm", "intel", "ring"),
+    ("mi300x_mi325x_rccl_allreduce_1to8nodes_hisohara.txt", 3, 2, "mi325x", "amd", "ring"),
+    ("mi300x_mi325x_rccl_allreduce_1to8nodes_hisohara.txt", 4, 4, "mi325x", "amd", "ring"),
+    ("mi300x_mi325x_rccl_allreduce_1to8nodes_hisohara.txt", 5, 8, "mi325x", "amd", "ring"),
+]
+
+
+@pytest.mark.parametrize("name,section,nodes,gpu,cpu,algo", DATASETS)
+def test_flow_engine_agrees_with_analytic_on_large_sizes(shared_data, name, section, nodes, gpu, cpu, algo):
+    c = ClusterConfig(gpu=gpu, num_gpus=8 * nodes, cpu=cpu)
+    spec = get_gpu(gpu)
+    log = read_nccl_tests(shared_data / "nccl-tests" / name, n_ranks=c.num_gpus)
+    analytic = compare_nccl_tests(log, group_layout(c, spec, c.num_gpus, 1), algo=algo, sections=[section])
+    flow = flow_comparison(analytic, c, spec, algo=algo)
+    big = analytic.rows["size_bytes"] >= 64 * 2**20
+    assert big.sum() >= 3
+    ratio = flow.rows["predicted_time_s"][big] / analytic.rows["predicted_time_s"][big]
+    assert np.all(np.abs(ratio - 1) <= 0.15), ratio.tolist()
+    assert set(flow.rows["algo"][big]) == {"Ring"}
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(op="allsum"), "op"),
+    (dict(size_bytes=-1), "size_bytes"),
+    (dict(algo="nvlstree"), "algo"),
+    (dict(group_ranks=[0, 1, 3]), "group_ranks"),
+    (dict(group_ranks=[0, 99]), "group_ranks"),
+    (dict(concurrent_groups=[[1, 2]]), "concurrent_groups"),
+    (dict(concurrent_groups=0), "concurrent_groups"),
+])
+def test_bad_input_names_the_field(kwargs, field):
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=16)
+    args = dict(op="allreduce", size_bytes=GiB, group_ranks=[0, 1])
+    args.update(kwargs)
+    with pytest.raises(ConfigError) as err:
+        run_collective(c, H100, args.pop("op"), args.pop("size_bytes"), args.pop("group_ranks"), **args)
+    assert err.value.field == field
+
+
+def test_cli_engine_flow(shared_data):
+    r = CliRunner().invoke(main, ["collective", "--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "2",
+                                  "--sizes", "256M", "--algo", "ring", "--engine", "flow", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    row = out["rows"][0]
+    assert out["engine"] == "flow" and (row["algo"], row["proto"]) == ("Ring", "Simple")
+    # 8 rails x 50 GB/s x NET_BW_EFFICIENCY = 360 GB/s of ring bus bandwidth, less latency: > 340 GB/s
+    assert 340e9 < row["busbw_Bps"] <= 360e9
+    log = shared_data / "nccl-tests" / "h100_8gpu_allreduce_ring_together.txt"
+    r = CliRunner().invoke(main, ["validate-nccl", str(log), "--cluster", "dgx-h100", "--algo", "ring",
+                                  "--engine", "flow"])
+    assert r.exit_code == 0, r.output
+    assert "sizes >= 1 MiB: 14 rows" in r.output
+    r = CliRunner().invoke(main, ["collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1M",
+                                  "--algo", "nvlstree", "--engine", "flow"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "algo:" in r.output

@@ -1,0 +1,175 @@
+"""Plans of point-to-point transfers (flowsim.nccl_models.plans): bytes, structure, merging, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowsim.errors import ConfigError
+from flowsim.nccl_models import CommLayout
+from flowsim.nccl_models.constants import Algo, Coll, Proto
+from flowsim.nccl_models.execution import nvls_chunk_overhead_s, pipeline_fill_s
+from flowsim.nccl_models.tuning import cost_model
+from flowsim.nccl_models.plans import SWITCH, btree_parent, build_plan, dtree_parent
+
+ONE_NODE = CommLayout(n_ranks=8, n_nodes=1, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18, nvls=True)
+TWO_NODES = CommLayout(n_ranks=16, n_nodes=2, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
+                       nvls=True, nics_per_node=8, nic_Bps=50e9)
+FOUR_NODES_DP = CommLayout(n_ranks=4, n_nodes=4, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
+                           nics_per_node=1, nic_Bps=50e9)
+LAYOUTS = [ONE_NODE, TWO_NODES, FOUR_NODES_DP]
+S = 256 * 2**20
+
+
+def _longest_chain(plan) -> int:
+    """Transfers on the longest dependency chain (Kahn's order; also proves the plan is acyclic)."""
+    n = plan.n_transfers
+    deps = [plan.dep_idx[plan.dep_ptr[t]:plan.dep_ptr[t + 1]] for t in range(n)]
+    depth = np.zeros(n, dtype=np.int64)
+    left = np.diff(plan.dep_ptr).copy()
+    users = [[] for _ in range(n)]
+    for t, d in enumerate(deps):
+        for x in d:
+            users[x].append(t)
+    todo = list(np.flatnonzero(left == 0))
+    seen = 0
+    while todo:
+        t = todo.pop()
+        seen += 1
+        depth[t] = 1 + max((depth[x] for x in deps[t]), default=0)
+        for u in users[t]:
+            left[u] -= 1
+            if left[u] == 0:
+                todo.append(u)
+    assert seen == n, "dependency cycle"
+    return int(depth.max())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["1x8", "2x8", "4x1"])
+@pytest.mark.parametrize("proto", ["LL", "LL128", "Simple"])
+def test_ring_bytes_match_nccl_tests_bus_factors(layout, proto):
+    n = layout.n_ranks
+    ar = build_plan("allreduce", S, layout, "Ring", proto)
+    ag = build_plan("allgather", S, layout, "Ring", proto)
+    rs = build_plan("reducescatter", S, layout, "Ring", proto)
+    # every rank sends (and receives) 2(n-1)/n x S in AllReduce, (n-1)/n x S in AllGather/ReduceScatter
+    np.testing.assert_allclose(ar.sent_bytes(), 2 * (n - 1) / n * S)
+    np.testing.assert_allclose(ar.received_bytes(), 2 * (n - 1) / n * S)
+    np.testing.assert_allclose(ag.sent_bytes(), (n - 1) / n * S)
+    np.testing.assert_allclose(rs.sent_bytes(), (n - 1) / n * S)
+    assert ar.wire_factor == {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}[proto]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["1x8", "2x8", "4x1"])
+def test_chain_tree_p2p_bytes(layout):
+    n = layout.n_ranks
+    bc = build_plan("broadcast", S, layout, "Ring", "Simple")
+    rd = build_plan("reduce", S, layout, "Ring", "Simple")
+    # chain: every rank but the last forwards S (busbw factor 1); root 0 sends S, receives nothing
+    assert bc.sent_bytes().sum() == pytest.approx((n - 1) * S)
+    assert bc.sent_bytes()[0] == pytest.approx(S) and bc.received_bytes()[0] == 0
+    np.testing.assert_allclose(np.delete(rd.sent_bytes(), 0), S)  # every rank but the root sends S once
+    assert rd.sent_bytes()[0] == 0
+    tree = build_plan("allreduce", S, layout, "Tree", "Simple")
+    # n - 1 tree edges per tree, each carrying S up (reduce) and S down (broadcast)
+    assert tree.sent_bytes().sum() == pytest.approx(2 * (n - 1) * S)
+    assert tree.received_bytes().sum() == pytest.approx(tree.sent_bytes().sum())
+    a2a = build_plan("alltoall", S, layout, "P2P", "Simple")
+    np.testing.assert_allclose(a2a.sent_bytes(), (n - 1) / n * S)  # S/n to each of n - 1 peers
+    sr = build_plan("sendrecv", S, layout, "P2P", "Simple")
+    np.testing.assert_allclose(sr.sent_bytes(), S)
+
+
+def test_nvls_each_gpu_moves_about_s_through_the_switch():
+    plan = build_plan("allreduce", S, ONE_NODE, "NVLS", "Simple")
+    up = plan.dst == SWITCH
+    down = plan.src == SWITCH
+    barrier = up & down
+    assert np.all(plan.payload_bytes[barrier] == 0)
+    np.testing.assert_allclose(np.bincount(plan.src[up & ~barrier], plan.payload_bytes[up & ~barrier]), S)
+    np.testing.assert_allclose(np.bincount(plan.dst[down & ~barrier], plan.payload_bytes[down & ~barrier]), S)
+
+
+def test_ring_chunking_and_loops_as_nccl():
+    # 1 GiB on one H100 node: 24 channels, Simple chunk 2 MiB, loop = 8 ranks x 2 MiB x 24 = 384 MiB -> 3 loops;
+    # 1 ring x 3 loops x 14 steps x 8 ranks = 336 transfers; critical path 14 steps + 2 further loops = 16
+    plan = build_plan("allreduce", 2**30, ONE_NODE, "Ring", "Simple")
+    assert plan.n_transfers == 336
+    assert plan.critical_path == _longest_chain(plan) == 16
+    # 256 KiB: chunk = 256 KiB / (24 x 8) < 2 MiB -> one loop of 14 steps
+    small = build_plan("allreduce", 256 * 2**10, ONE_NODE, "Ring", "Simple")
+    assert small.n_transfers == 14 * 8 and small.critical_path == 14
+
+
+@pytest.mark.parametrize("op,algo", [("allreduce", "Tree"), ("broadcast", "Ring"), ("reduce", "Ring"),
+                                     ("allreduce", "Ring"), ("allreduce", "NVLS")])
+def test_critical_path_carries_nccls_latency_once(op, algo):
+    layout = ONE_NODE if algo == "NVLS" else TWO_NODES
+    size = 8 * 2**20
+    plan = build_plan(op, size, layout, algo, "Simple")
+    assert plan.critical_path == _longest_chain(plan)
+    coll = {"allreduce": Coll.ALLREDUCE, "broadcast": Coll.BROADCAST, "reduce": Coll.REDUCE}[op]
+    a = {"Tree": Algo.TREE, "Ring": Algo.RING, "NVLS": Algo.NVLS}[algo]
+    model = cost_model(coll, layout)
+    expected = model.latency_s[a, Proto.SIMPLE]
+    if algo == "NVLS":  # plus the analytic model's calibrated NVLS fill and small-chunk cost
+        expected += (pipeline_fill_s(model, layout, a, Proto.SIMPLE, size, model.algbw_Bps[a, Proto.SIMPLE])
+                     + nvls_chunk_overhead_s(model, size))
+    # base + (latency per transfer x transfers on the critical path) = NCCL's latency
+    assert plan.base_latency_s + plan.latency_s[0] * plan.critical_path == pytest.approx(expected)
+
+
+def test_streamed_tree_adds_the_fill_of_nccls_chunks():
+    # 1 GiB Tree AllReduce on 2 nodes x 8, 16 channels: 1 GiB / 16 / 512 KiB = 128 chunks per channel. A budget of
+    # 1,000 transfers allows 1000 // (2 x 16 trees x 15 edges) = 2 chunk groups < 4 per hop -> stream: one
+    # transfer per edge and direction (2 x 16 x 15 = 480), no dependencies, fill = (depth - 1) chunks of 512 KiB
+    plan = build_plan("allreduce", 2**30, TWO_NODES, "Tree", "Simple", max_transfers=1000)
+    assert plan.n_transfers == 480 and plan.dep_idx.size == 0 and plan.critical_path == 1
+    model = cost_model(Coll.ALLREDUCE, TWO_NODES)
+    depth = 2 * (7 + 1)  # chain of 8 + one tree level, up and down
+    assert model.graphs.exec_channels == 16
+    per_channel_Bps = model.algbw_Bps[Algo.TREE, Proto.SIMPLE] / 16
+    fill = (depth - 1) * 512 * 2**10 / per_channel_Bps
+    step_lat = model.latency_s[Algo.TREE, Proto.SIMPLE] - plan.base_latency_s
+    assert plan.latency_s[0] == pytest.approx(step_lat + fill)
+
+
+def test_merging_keeps_bytes_and_caps_transfers():
+    full = build_plan("allreduce", 2**30, TWO_NODES, "Ring", "Simple", max_transfers=10**7)
+    merged = build_plan("allreduce", 2**30, TWO_NODES, "Ring", "Simple", max_transfers=1000)
+    assert merged.n_transfers < full.n_transfers
+    # 8 rings x 16 ranks = 128 transfers per (loop group, step group): at most 1000 // 128 = 7 groups
+    assert merged.n_transfers <= 7 * 128
+    np.testing.assert_allclose(merged.sent_bytes(), full.sent_bytes())
+    tree = build_plan("allreduce", 2**30, TWO_NODES, "Tree", "Simple", max_transfers=1000)
+    np.testing.assert_allclose(tree.sent_bytes().sum(), 2 * 15 * 2**30)
+
+
+def test_btree_is_nccls_and_dtree_leaves_alternate():
+    # ncclGetBtree on 8 nodes: 0 <- 4 <- {2, 6}; 2 <- {1, 3}; 6 <- {5, 7}
+    assert btree_parent(8).tolist() == [-1, 2, 4, 2, 0, 6, 4, 6]
+    # even n: tree 1 mirrors tree 0 (r -> n-1-r), so no node is interior (has a child) in both trees
+    for n in (2, 8, 16):
+        t0, t1 = dtree_parent(n)
+        assert t1.tolist() == [-1 if p < 0 else n - 1 - p for p in t0[::-1]]
+        assert not np.any(np.isin(np.arange(n), t0) & np.isin(np.arange(n), t1))
+    # odd n: tree 1 is tree 0 shifted by one rank; one root each
+    t0, t1 = dtree_parent(5)
+    assert t1.tolist() == [-1 if t0[(r - 1) % 5] < 0 else (t0[(r - 1) % 5] + 1) % 5 for r in range(5)]
+    assert (t0 == -1).sum() == 1 and (t1 == -1).sum() == 1
+
+
+@pytest.mark.parametrize("args,field", [
+    (("allsum", S, ONE_NODE, "Ring", "Simple"), "op"),
+    (("allreduce", 0, ONE_NODE, "Ring", "Simple"), "size_bytes"),
+    (("allreduce", S, ONE_NODE, "NVLSTree", "Simple"), "algo"),
+    (("allreduce", S, TWO_NODES, "NVLS", "Simple"), "algo"),
+    (("allgather", S, ONE_NODE, "Tree", "Simple"), "algo"),
+    (("alltoall", S, ONE_NODE, "Ring", "Simple"), "algo"),
+    (("allreduce", S, ONE_NODE, "Ring", "Fast"), "proto"),
+    (("allreduce", S, CommLayout(n_ranks=1, n_nodes=1, compute_capability=90, scaleup_Bps=450e9,
+                                 scaleup_links=18), "Ring", "Simple"), "n_ranks"),
+])
+def test_bad_input_names_the_field(args, field):
+    with pytest.raises(ConfigError) as err:
+        build_plan(*args)
+    assert err.value.field == field
