@@ -41,7 +41,7 @@ from flowsim.nccl_models.constants import ALGO_NAMES, Algo
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency
 from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
 from flowsim.nccl_models.tuning import cost_model
-from flowsim.nccl_models.estimate import _COLL
+from flowsim.nccl_models.estimate import COLL_OF_OP
 from flowsim.netsim import simulate
 from flowsim.routing import route
 from flowsim.topology import _TIER_NAMES, LinkKind, Topology, build_topology
@@ -184,7 +184,7 @@ def _kernel_Bps(plan: Plan, layout: CommLayout, est_algbw_Bps: float) -> np.ndar
         a = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS}[plan.algo]
         p = {"LL": 0, "LL128": 1, "Simple": 2}[plan.proto]
         eff = bw_efficiency(layout) / (NET_BW_EFFICIENCY if layout.n_nodes > 1 else 1.0)
-        algbw = cost_model(_COLL[plan.op], layout).algbw_Bps[a, p] * eff
+        algbw = cost_model(COLL_OF_OP[plan.op], layout).algbw_Bps[a, p] * eff
     sent = plan.sent_bytes() * plan.wire_factor
     return np.where(sent > 0, algbw * sent / plan.size_bytes, algbw)
 

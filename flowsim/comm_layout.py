@@ -132,9 +132,9 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
     )
 
 
-def preset_layout(cluster: str, nodes: int, gpus_per_node: int | None = None, nics_per_node: int | None = None,
-                  nic_gbps: float | None = None, gpu: str | None = None, cpu: str | None = None) -> CommLayout:
-    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster, with overrides.
+def preset_cluster(cluster: str, nodes: int, gpus_per_node: int | None = None, nics_per_node: int | None = None,
+                   nic_gbps: float | None = None, gpu: str | None = None, cpu: str | None = None):
+    """The cluster of ``nodes`` hosts of a preset, with overrides, and its GPU.
 
     Parameters
     ----------
@@ -144,6 +144,10 @@ def preset_layout(cluster: str, nodes: int, gpus_per_node: int | None = None, ni
         Hosts in the communicator.
     gpus_per_node, nics_per_node, nic_gbps, gpu, cpu : optional
         Overrides of the preset's fields (None keeps the preset's value); ``nic_gbps`` in Gb/s.
+
+    Returns
+    -------
+    (ClusterConfig, GPUSpec)
     """
     from flowsim.config.loader import load_preset
     from flowsim.gpu_specs import get_gpu
@@ -159,4 +163,18 @@ def preset_layout(cluster: str, nodes: int, gpus_per_node: int | None = None, ni
     fields["name"] = cluster
     cfg = ClusterConfig(**fields)
     cfg.validate()
-    return group_layout(cfg, get_gpu(cfg.gpu), cfg.num_gpus, 1)
+    return cfg, get_gpu(cfg.gpu)
+
+
+def preset_layout(cluster: str, nodes: int, gpus_per_node: int | None = None, nics_per_node: int | None = None,
+                  nic_gbps: float | None = None, gpu: str | None = None, cpu: str | None = None) -> CommLayout:
+    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster (arguments of
+    :func:`preset_cluster`).
+
+    Parameters
+    ----------
+    cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu
+        As in :func:`preset_cluster`.
+    """
+    cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    return group_layout(cfg, spec, cfg.num_gpus, 1)

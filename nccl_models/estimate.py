@@ -24,7 +24,7 @@ from flowsim.nccl_models.tuning import cost_model, nccl_time_s
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv")
 """Collectives :func:`predict` knows, in nccl-tests order."""
 P2P_OPS = ("alltoall", "sendrecv")
-_COLL = {"allreduce": Coll.ALLREDUCE, "allgather": Coll.ALLGATHER, "reducescatter": Coll.REDUCESCATTER,
+COLL_OF_OP = {"allreduce": Coll.ALLREDUCE, "allgather": Coll.ALLGATHER, "reducescatter": Coll.REDUCESCATTER,
          "broadcast": Coll.BROADCAST, "reduce": Coll.REDUCE}
 
 
@@ -127,7 +127,7 @@ def _check_size(size_bytes) -> float:
 
 def _candidates(op: str, layout: CommLayout, algo: str | None, proto: str | None):
     """Available (Algo, Proto) entries after overrides; raises when an override leaves none."""
-    model = cost_model(_COLL[op], layout)
+    model = cost_model(COLL_OF_OP[op], layout)
     algos = parse_override(algo, op, "algo") if algo else frozenset(Algo)
     protos = parse_override(proto, op, "proto") if proto else frozenset(Proto)
     entries = [(a, p) for a in Algo for p in Proto
@@ -241,7 +241,7 @@ def cost_table(op: str, size_bytes: float, layout: CommLayout) -> pd.DataFrame:
                                 f"{op} is point-to-point", op)
     if layout.n_ranks == 1:
         raise ConfigError("n_ranks", "the cost table needs >= 2 ranks", layout.n_ranks)
-    model = cost_model(_COLL[op], layout)
+    model = cost_model(COLL_OF_OP[op], layout)
     rows = []
     for a in Algo:
         for p in Proto:

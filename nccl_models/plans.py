@@ -60,7 +60,7 @@ from flowsim.nccl_models.constants import (
     BASE_LAT_S, BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, RING_CHUNK_STEPS,
     SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto,
 )
-from flowsim.nccl_models.estimate import _COLL
+from flowsim.nccl_models.estimate import COLL_OF_OP
 from flowsim.nccl_models.execution import bw_efficiency, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
@@ -200,7 +200,7 @@ def dtree_parent(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str) -> float:
-    if op not in (*_COLL, "alltoall", "sendrecv"):
+    if op not in (*COLL_OF_OP, "alltoall", "sendrecv"):
         raise ConfigError("op", "must be one of allreduce, allgather, reducescatter, broadcast, reduce, "
                                 "alltoall, sendrecv", op)
     try:
@@ -258,7 +258,7 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
     if algo == "P2P":
         return _p2p_plan(op, size, layout)
     a, p = _ALGO[algo], _PROTO[proto]
-    coll = _COLL[op]
+    coll = COLL_OF_OP[op]
     model = cost_model(coll, layout)
     if model.reason[a][p] is not None:
         raise ConfigError("algo", f"NCCL cannot run {algo}/{proto} here: {model.reason[a][p]}", algo)

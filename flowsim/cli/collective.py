@@ -7,13 +7,12 @@ import re
 import click
 
 from flowsim.cli.common import echo_json, format_table, user_errors
-from flowsim.comm_layout import group_layout
-from flowsim.config.cluster import CPUS, ClusterConfig
-from flowsim.config.loader import list_presets, load_preset
-from flowsim.errors import ConfigError
-from flowsim.gpu_specs import GPUSpec, get_gpu
+from flowsim.comm_layout import group_layout, preset_cluster
 from flowsim.collective_flows import flow_comparison, run_collective
-from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, cost_table, predict
+from flowsim.config.cluster import CPUS
+from flowsim.config.loader import list_presets
+from flowsim.errors import ConfigError
+from flowsim.nccl_models import OPS, P2P_OPS, cost_table, predict
 from flowsim.units import GB, GiB, KiB, MiB, US
 from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
 
@@ -108,55 +107,6 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
-def build_cluster(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_node: int | None,
-                  nic_gbps: float | None, gpu: str | None, cpu: str | None) -> tuple[ClusterConfig, GPUSpec]:
-    """The cluster of ``nodes`` hosts of a preset, with overrides, and its GPU.
-
-    Parameters
-    ----------
-    cluster : str
-        Cluster preset name.
-    nodes : int
-        Hosts in the communicator.
-    gpus_per_node, nics_per_node, nic_gbps, gpu, cpu : optional
-        Overrides of the preset's fields (None keeps the preset's value); ``nic_gbps`` in Gb/s.
-
-    Returns
-    -------
-    (ClusterConfig, GPUSpec)
-    """
-    fields = load_preset("clusters", cluster)
-    for key, value in (("gpus_per_node", gpus_per_node), ("nics_per_node", nics_per_node),
-                       ("nic_gbps", nic_gbps), ("gpu", gpu), ("cpu", cpu)):
-        if value is not None:
-            fields[key] = value
-    if gpus_per_node is not None and "nvlink_domain" in fields and fields["nvlink_domain"] % gpus_per_node:
-        fields["nvlink_domain"] = gpus_per_node
-    gpn = fields.get("gpus_per_node", 8)
-    fields["num_gpus"] = nodes * gpn
-    fields["name"] = cluster
-    cfg = ClusterConfig(**fields)
-    cfg.validate()
-    return cfg, get_gpu(cfg.gpu)
-
-
-def build_layout(cluster: str, nodes: int, gpus_per_node: int | None, nics_per_node: int | None,
-                 nic_gbps: float | None, gpu: str | None, cpu: str | None) -> CommLayout:
-    """The communicator of all GPUs of ``nodes`` hosts of a preset cluster.
-
-    Parameters
-    ----------
-    cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu
-        As in :func:`build_cluster`.
-
-    Returns
-    -------
-    CommLayout
-    """
-    cfg, spec = build_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
-    return group_layout(cfg, spec, cfg.num_gpus, 1)
-
-
 def _cluster_options(func):
     options = [
         click.option("--cluster", required=True, help=f"Cluster preset ({', '.join(list_presets('clusters'))})."),
@@ -201,7 +151,7 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
     \b
         flowsim collective --op allreduce --cluster dgx-h100 --nodes 2 --sizes 1M:1G
     """
-    cfg, spec = build_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
     layout = group_layout(cfg, spec, cfg.num_gpus, 1)
     if explain and op in P2P_OPS:
         raise ConfigError("--explain", f"{op} is point-to-point: NCCL has no cost table for it", op)
@@ -249,7 +199,7 @@ def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_nod
     \b
         flowsim validate-nccl all_reduce.log --cluster dgx-h100 --algo ring
     """
-    cfg, spec = build_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
+    cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
     layout = group_layout(cfg, spec, cfg.num_gpus, 1)
     parsed = read_nccl_tests(log, op=op, n_ranks=layout.n_ranks)
     cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None)
