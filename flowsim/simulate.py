@@ -29,6 +29,7 @@ from flowsim.kernels.memory import memory_reference, stream_efficiency
 from flowsim.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.result import CollectiveChoice, Result, StageBreakdown
+from flowsim.step_flows import FLOW_GROUPS, flow_time_s
 from flowsim.schedule import PipelineTimeline, simulate_pipeline
 from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
@@ -97,7 +98,10 @@ class _Comms:
         if key not in self._cache:
             if group not in self._layouts:
                 self._layouts[group] = _group_layout(self.cfg.cluster, self.gpu, n, stride)
-            self._cache[key] = _predict(op, float(size_bytes), self._layouts[group])
+            est = _predict(op, float(size_bytes), self._layouts[group])
+            if self.cfg.training.comm_engine == "flow" and group in FLOW_GROUPS:
+                est = dataclasses.replace(est, time_s=flow_time_s(self.cfg, self.gpu, group, op, size_bytes))
+            self._cache[key] = est
         est = self._cache[key]
         prev = self.choices.get(key)
         self.choices[key] = (est, (prev[1] if prev else 0) + count_per_step)

@@ -88,6 +88,9 @@ def _report(r) -> str:
 @click.option("--zero-stage", type=click.IntRange(0, 3), help="ZeRO stage (3 = FSDP full shard).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), help="GEMM precision.")
 @click.option("--schedule", type=click.Choice(list(SCHEDULES)), help="Pipeline schedule.")
+@click.option("--comm-engine", type=click.Choice(["analytic", "flow"]),
+              help="analytic: NCCL's model per communicator; flow: DP/EP/CP/PP collectives as flows on the "
+                   "topology, all groups of a stage at once (sees NIC, rail and spine contention).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
@@ -98,7 +101,7 @@ def _report(r) -> str:
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             as_json, trace_path, chakra_dir):
+             comm_engine, as_json, trace_path, chakra_dir):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. Example:
@@ -114,7 +117,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                      nics_per_node=nics_per_node, nic_gbps=nic_gbps, tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep,
                      sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
                      use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
-                     precision=precision, pipeline_schedule=schedule)
+                     precision=precision, pipeline_schedule=schedule, comm_engine=comm_engine)
     overrides.update(_parse_set(sets))
     result = simulate(config, **overrides)
     if trace_path:

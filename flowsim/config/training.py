@@ -10,6 +10,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved", "zb-h1")
 LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather")
+COMM_ENGINES = ("analytic", "flow")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ class TrainingConfig:
         ``even`` (every virtual stage holds ``num_layers / (pp * vpp)`` layers; anything else is an error) or
         ``balanced`` (the remainder layers go one each to the virtual stages after the first, as the
         uniform partitioners of DeepSpeed and torchtitan do).
+    comm_engine : str
+        ``analytic`` (NCCL's cost model per communicator) or ``flow`` (data-parallel, expert, context and
+        pipeline collectives run as flows on the cluster topology with every group of the stage at once;
+        :mod:`flowsim.step_flows`). ``flow`` sees NIC, rail and spine contention and costs more time.
     cp_comm_type : str
         Context-parallel attention: ``p2p`` (ring attention, K/V chunks passed around the ring beside the
         attention kernels) or ``all_gather`` (K/V all-gathered before attention, their gradients
@@ -92,6 +97,7 @@ class TrainingConfig:
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_layer_split: str = "even"
+    comm_engine: str = "analytic"
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     use_flash_attn: bool = True
@@ -157,6 +163,8 @@ class TrainingConfig:
         if self.pipeline_layer_split not in LAYER_SPLITS:
             raise ConfigError("pipeline_layer_split", f"must be one of {', '.join(LAYER_SPLITS)}",
                               self.pipeline_layer_split)
+        if self.comm_engine not in COMM_ENGINES:
+            raise ConfigError("comm_engine", f"must be one of {', '.join(COMM_ENGINES)}", self.comm_engine)
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:
