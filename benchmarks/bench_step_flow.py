@@ -1,0 +1,43 @@
+"""Speed of a whole step with the flow engine (``comm_engine: flow``), numba cache warm.
+
+Run: ``python benchmarks/bench_step_flow.py``. Each case is simulated once to build its topology and
+compile, then timed on a fresh process-level cache miss of the collectives (the topology cache is kept).
+Figures and the machine go into docs/PERFORMANCE.md.
+"""
+from __future__ import annotations
+
+import platform
+import time
+
+import flowsim
+from flowsim import step_flows
+
+CASES = {
+    "gpt3-175b, 1,024 H100, TP8 PP8 DP16": dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8,
+                                                gbs=1536, sp=True, distributed_optimizer=True),
+    "llama3.1-405b, 16,384 H100, TP8 PP16 DP128, seq 8192": dict(
+        model="llama3.1-405b", cluster="dgx-h100", gpus=16384, tp=8, pp=16, gbs=2048, seq=8192, sp=True,
+        distributed_optimizer=True, pipeline_layer_split="balanced", switch_radix=128),
+    "deepseek-v3, 2,048 H800, PP16 EP64 DP128": dict(
+        model="deepseek-v3", cluster="hgx-h800", gpus=2048, pp=16, ep=64, gbs=15360,
+        distributed_optimizer=True, precision="fp8", pipeline_layer_split="balanced", switch_radix=128),
+}
+
+
+def main() -> None:
+    print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}")
+    for name, kw in CASES.items():
+        cfg = flowsim.build_config(**kw, comm_engine="flow")
+        t0 = time.perf_counter()
+        r = flowsim.simulate(cfg)
+        first = time.perf_counter() - t0
+        step_flows._flow.cache_clear()
+        t0 = time.perf_counter()
+        flowsim.simulate(cfg)
+        again = time.perf_counter() - t0
+        print(f"{name}: first {first:.2f} s (topology build + flows), again {again:.2f} s (flows re-run); "
+              f"step {r.step_time_s:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
