@@ -46,3 +46,22 @@ def test_oversubscribed_spine_slows_cross_leaf_dp_reduction():
     a1 = flowsim.simulate(build_config(**kw)).breakdown()["dp_comm_s"]
     a2 = flowsim.simulate(build_config(**kw, oversubscription=2.0)).breakdown()["dp_comm_s"]
     assert a1 == a2
+
+
+def test_pxn_keeps_all_to_all_off_the_oversubscribed_spine():
+    # 4 nodes of 8 H100 on a rail-optimised fat-tree whose 8-port leaves hold 4 nodes' NICs of one rail.
+    # Without PXN, traffic between GPUs on different rails climbs to the spine; with PXN it first crosses
+    # NVLink to the GPU on the destination's rail and stays on that rail.
+    from flowsim.config import ClusterConfig
+
+    gpu = get_gpu("h100-sxm")
+    ranks = list(range(32))
+
+    def t(over, pxn):
+        c = ClusterConfig(gpu="h100-sxm", num_gpus=32, oversubscription=over, ecmp="ideal", switch_radix=8)
+        return run_collective(c, gpu, "alltoall", 1e9, ranks, pxn=pxn).time_s
+
+    assert t(1.0, True) == pytest.approx(t(1.0, False), rel=1e-6)  # enough spine: same time
+    assert t(2.0, True) == pytest.approx(t(1.0, True), rel=1e-6)   # PXN never touches the spine
+    assert t(2.0, False) > 1.4 * t(2.0, True)
+    assert t(4.0, False) == pytest.approx(2 * t(2.0, False), rel=0.05)  # spine-bound: halving it doubles time
