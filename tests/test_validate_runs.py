@@ -317,3 +317,12 @@ def test_real_simulate_on_shared_rows(shared_data):
     report = validate_runs(shared_data / RUNS, only_ids=[1, 32, 57])
     assert [r.id for r in report.rows] == [1, 32, 57]
     assert all(math.isfinite(r.predicted_step_time_s) and r.predicted_step_time_s > 0 for r in report.rows)
+
+
+def test_cli_report_option_writes_the_accuracy_report(cli, shared_data, tmp_path):
+    pytest.importorskip("matplotlib")
+    res = cli("validate", str(shared_data / RUNS), "--only-ids", "1", "--report", str(tmp_path / "rep"))
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "rep" / "ACCURACY.md").read_text()
+    assert text.startswith("# flowsim accuracy") and "SimAI-Analytical compatibility: 7,545,619 us" in text
+    assert (tmp_path / "rep" / "img" / "step_time_scatter.png").stat().st_size > 0

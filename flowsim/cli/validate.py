@@ -80,8 +80,12 @@ def _render(report: ValidationReport) -> str:
               help="Print one JSON object: rows, summary (n, median_abs_error_pct, mape_pct, p90_abs_error_pct, "
                    "spearman) and skipped.")
 @click.option("--only-ids", metavar="ID,ID,...", help="Compare only these row ids, e.g. --only-ids 1,2,3.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False),
+              help="Also write REPORT/ACCURACY.md and its plots from every data set of the shared data folder "
+                   "that holds RUNS_CSV (its grandparent: data/curated/runs.csv -> data); same as "
+                   "`flowsim report REPORT --data-dir DATA`.")
 @user_errors
-def validate(runs_csv, as_json, only_ids):
+def validate(runs_csv, as_json, only_ids, report_dir):
     """Compare predicted and measured step times for the runs in RUNS_CSV ("runs schema v1").
 
     Prints per row the predicted and measured seconds per optimizer step and the signed error, then the
@@ -98,3 +102,11 @@ def validate(runs_csv, as_json, only_ids):
         echo_json(report.to_dict())
     else:
         click.echo(_render(report))
+    if report_dir:
+        from pathlib import Path
+
+        from flowsim.validation.report import run_report, write_report
+
+        data_dir = Path(runs_csv).resolve().parent.parent
+        for path in write_report(run_report(data_dir), report_dir, data_dir):
+            click.echo(str(path), err=as_json)
