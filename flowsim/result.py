@@ -65,7 +65,8 @@ class CollectiveChoice:
     time_s : float
         Predicted time of one call.
     count_per_step : int
-        Calls per optimizer step on one GPU.
+        Calls per optimizer step, summed over one GPU of each pipeline stage (a collective that only some
+        stages issue, such as a data-parallel bucket of a given size, counts where it is issued).
     """
 
     group: str
