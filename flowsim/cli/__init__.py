@@ -64,3 +64,5 @@ main.add_command(validate_trace_cmd)
 from flowsim.cli.report_cmd import report  # noqa: E402
 
 main.add_command(report)
+from flowsim.cli.capture_cmd import capture  # noqa: E402
+main.add_command(capture)

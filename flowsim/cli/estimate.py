@@ -93,6 +93,8 @@ def _report(r) -> str:
                    "topology, all groups of a stage at once (sees NIC, rail and spine contention).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
+@click.option("--workload", "workload_path", type=click.Path(exists=True, dir_okay=False),
+              help="Simulate a captured workload (flowsim capture) on --cluster [--gpu] instead of a model.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True),
               help="Write a Chrome/Perfetto trace of the step to this file.")
@@ -101,7 +103,7 @@ def _report(r) -> str:
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             comm_engine, as_json, trace_path, chakra_dir):
+             comm_engine, workload_path, as_json, trace_path, chakra_dir):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. Example:
@@ -111,14 +113,21 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     Exit codes: 0 success (also when the config does not fit in memory: see "fits_memory"),
     2 bad input.
     """
-    from flowsim.simulate import simulate
-
     overrides = dict(model=model, cluster=cluster, gpu=gpu, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, nic_gbps=nic_gbps, tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep,
                      sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
                      use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
                      precision=precision, pipeline_schedule=schedule, comm_engine=comm_engine)
     overrides.update(_parse_set(sets))
+    if workload_path:
+        extra = sorted(k for k, v in overrides.items() if v is not None and k not in ("cluster", "gpu"))
+        if config or extra or trace_path or chakra_dir:
+            raise ConfigError("--workload", "takes only --cluster, --gpu and --json (the model and layout come "
+                                            "from the captured file)", ", ".join(extra) or "a config or trace option")
+        _estimate_workload(workload_path, cluster, gpu, as_json)
+        return
+    from flowsim.simulate import simulate
+
     result = simulate(config, **overrides)
     if trace_path:
         from flowsim.trace import write_chrome_trace
@@ -132,3 +141,26 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
         echo_json(result.to_dict())
     else:
         click.echo(_report(result))
+
+
+def _estimate_workload(path, cluster, gpu, as_json) -> None:
+    """``--workload``: price a captured workload (see :func:`flowsim.captured.simulate_workload`)."""
+    from flowsim.captured import simulate_workload
+
+    if not cluster:
+        raise ConfigError("--cluster", "is required with --workload", None)
+    r = simulate_workload(path, cluster, gpu=gpu)
+    if as_json:
+        echo_json({"step_time_s": r.step_time_s, "compute_s": r.compute_s, "comm_s": r.comm_s,
+                   "exposed_comm_s": r.exposed_comm_s, "collectives": r.collectives.to_dict("records")})
+        return
+    lines = [f"step time        {r.step_time_s * 1e3:10.3f} ms",
+             f"compute          {r.compute_s * 1e3:10.3f} ms",
+             f"exposed comm     {r.exposed_comm_s * 1e3:10.3f} ms  (incl. slowdown of overlapped compute)", ""]
+    if len(r.collectives):
+        rows = [dict(op=x.op, size=x.size_bytes / 2**20, n=x.n_ranks, algo=f"{x.algo}/{x.proto}", t=x.time_s * 1e3,
+                     count=x.count_per_step) for x in r.collectives.itertuples()]
+        lines.append(format_table(rows, [("op", "collective", ""), ("size", "size MiB", ".3f"), ("n", "ranks", "d"),
+                                         ("algo", "NCCL algo/proto", ""), ("t", "time ms", ".3f"),
+                                         ("count", "calls/step", "d")]))
+    click.echo("\n".join(lines))

@@ -1,0 +1,370 @@
+"""Record the ops and collectives one rank of a large job issues, on CPU, with no GPU and no network.
+
+``capture(step, world_size=512)`` initialises ``torch.distributed`` on PyTorch's fake process group (every
+collective returns at once, nothing is sent), runs ``step`` under ``FakeTensorMode`` (tensors carry shape,
+dtype and device but no memory) and watches every dispatched op with a ``TorchDispatchMode``:
+
+* compute ops become op-table rows (:mod:`flowsim.capture.convert`): GEMMs with ``m, n, k, batch``,
+  SDPA flash attention with its shape, everything else a memory-bound row of its input + output bytes;
+* ProcessGroup (``c10d``) and functional (``_c10d_functional``) collectives become collective rows with the
+  nccl-tests op name and size and the global ranks of their group.
+
+Overlap (stream) structure. A collective is *blocking* (the compute stream waits for it) unless the
+framework lets compute run beside it:
+
+* functional collectives (DTensor / tensor parallelism) are asynchronous until their ``wait_tensor``;
+* DDP's bucket all-reduces are asynchronous from the moment their bucket is ready in backward until the
+  end of the backward pass (where DDP waits for all of them). The fake process group completes the
+  reducer's futures with no value, which DDP rejects, so during capture every DDP gets a communication
+  hook that does what DDP's default hook does (divide the bucket by the group size, all-reduce it) and
+  records the end-of-backward wait;
+* FSDP2 (recognised by its copy-in kernels right before each collective) runs its all-gathers and
+  reduce-scatters on side streams: an all-gather is waited by its copy-out kernel and may start
+  (``issue``) where the previous all-gather was copied out (one-layer prefetch, as FSDP2's implicit
+  forward and explicit backward prefetching give); a reduce-scatter is waited where the next one is
+  issued, the last one at the end of the step;
+* other ProcessGroup collectives (broadcasts, send/recv, user calls) are blocking.
+
+Workarounds for running frameworks on fake tensors (applied only inside :func:`capture`):
+DDP's start-up check of parameter shapes across ranks reads tensor values and is skipped; DeviceMesh
+construction (which reads its rank table) runs outside the fake mode; after each warm-up step DDP's
+buckets are rebuilt, as DDP does after its first iteration, so that the recorded step has the
+steady-state buckets (the int32 index tensor the rebuild fills is real, everything else stays fake).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+
+from flowsim.capture import convert
+from flowsim.errors import ConfigError, FlowsimWarning
+
+KNOWN_OTHER_MEMORY_OPS = {"fsdp.all_gather_copy_in.default", "fsdp.split_with_sizes_copy.default",
+                          "fsdp.chunk_cat.default"}
+"""Non-aten ops that are plain copies (FSDP2's packing kernels): memory rows without a warning."""
+
+
+@dataclasses.dataclass
+class CapturedWorkload:
+    """The ops one rank issues in one training step, in issue order.
+
+    Attributes
+    ----------
+    world_size : int
+        Ranks of the captured job.
+    rank : int
+        The captured rank.
+    ops : list of dict
+        One dict per op. Compute rows: ``type="compute"``, ``name`` (aten op) and the op-table columns of
+        :data:`flowsim.kernels.OP_COLUMNS` that apply (``kind``, ``dtype``, shape, ``flops`` in FLOP,
+        ``bytes``). Collective rows: ``type="comm"``, ``name``, ``op`` (nccl-tests name), ``size_bytes``
+        (nccl-tests convention), ``dtype``, ``group`` (key of ``groups``), ``blocking``, ``wait`` (index
+        of the op before which an asynchronous collective must have finished; None = end of the step) and,
+        for prefetched collectives, ``issue`` (index of the op from whose start it may run).
+    groups : dict of str to list of int
+        Global ranks of every process group used.
+    unknown_ops : list of str
+        Ops the recorder does not know, kept as memory-bound rows.
+    label : str
+        Free text (the example or script captured).
+    """
+
+    world_size: int
+    rank: int
+    ops: list
+    groups: dict
+    unknown_ops: list = dataclasses.field(default_factory=list)
+    label: str = ""
+
+    def comms(self) -> list:
+        """The collective rows, in issue order."""
+        return [o for o in self.ops if o["type"] == "comm"]
+
+    def compute(self) -> list:
+        """The compute rows, in issue order."""
+        return [o for o in self.ops if o["type"] == "compute"]
+
+
+def _make_recorder():
+    """The dispatch mode class (built lazily so that importing flowsim never imports torch)."""
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    plain_types = (torch.Tensor, torch.nn.Parameter, FakeTensor)
+
+    class _Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.groups, self.unknown = [], {}, set()
+            self.paused = False
+            self.ddp_async = False      # set by the DDP hook around its all-reduce
+            self.ddp_pending = []       # DDP all-reduces waiting for the end of backward
+            self.functional = {}        # id(output tensor) -> index of its functional collective
+            self.fsdp_gathers = []        # FSDP2 all-gathers not yet copied out
+            self.fsdp_copy_out = None     # index of the last FSDP2 copy-out
+            self.fsdp_scatter = None      # index of the last FSDP2 reduce-scatter
+
+        def group_key(self, pg) -> str:
+            ranks = tuple(dist.get_process_group_ranks(pg))
+            for key, r in self.groups.items():
+                if tuple(r) == ranks:
+                    return key
+            key = f"g{len(self.groups)}"
+            self.groups[key] = list(ranks)
+            return key
+
+        def record_comm(self, name, func_args, out):
+            op, tensor_index, times_group = convert.C10D_OPS[name]
+            if name.startswith("_c10d_functional"):
+                pg = dist.distributed_c10d._resolve_process_group(func_args[-1])
+            else:
+                pg = next(dist.ProcessGroup.unbox(a) for a in func_args if isinstance(a, torch.ScriptObject))
+            key = self.group_key(pg)
+            size = convert.tensor_bytes(func_args[tensor_index])
+            if times_group:
+                size *= len(self.groups[key])
+            row = {"type": "comm", "name": name, "op": op, "size_bytes": int(size),
+                   "dtype": convert.first_float_dtype([func_args[tensor_index]]), "group": key,
+                   "blocking": True, "wait": None}
+            idx = len(self.ops)
+            prev = self.ops[-1]["name"] if self.ops else ""
+            if name.startswith("_c10d_functional"):
+                row["blocking"] = False
+                self.functional[id(out)] = idx
+            elif self.ddp_async:
+                row["blocking"] = False
+                self.ddp_pending.append(idx)
+            elif op == "allgather" and prev == "fsdp.all_gather_copy_in.default":
+                # FSDP2: waited by its copy-out (fsdp.split_with_sizes_copy, see record_compute); prefetched
+                # one layer ahead, so it may start where the previous gather was copied out
+                row["blocking"] = False
+                if not self.fsdp_gathers and self.fsdp_copy_out is not None:
+                    row["issue"] = self.fsdp_copy_out
+                self.fsdp_gathers.append(idx)
+            elif op == "reducescatter" and prev == "fsdp.chunk_cat.default":
+                # FSDP2: a reduce-scatter is waited when the next one is issued (or at the end of the step)
+                row["blocking"] = False
+                if self.fsdp_scatter is not None:
+                    self.ops[self.fsdp_scatter]["wait"] = idx
+                self.fsdp_scatter = idx
+            self.ops.append(row)
+
+        def record_wait(self, func_args):
+            idx = self.functional.pop(id(func_args[0]), None)
+            if idx is not None:
+                self.ops[idx]["wait"] = len(self.ops)
+
+        def end_of_backward(self):
+            for idx in self.ddp_pending:
+                self.ops[idx]["wait"] = len(self.ops)
+            self.ddp_pending = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(t not in plain_types for t in types):
+                # a tensor subclass (DTensor) runs first; the ops it issues on its local shards come back here
+                return NotImplemented
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if self.paused:
+                return out
+            name = str(func)
+            if name in convert.C10D_OPS:
+                self.record_comm(name, args, out)
+            elif name == convert.FUNCTIONAL_WAIT:
+                self.record_wait(args)
+            elif name not in convert.NO_KERNEL_OPS:
+                self.record_compute(name, func, args, kwargs, out)
+            return out
+
+        def record_compute(self, name, func, args, kwargs, out):
+            nbytes = convert.tensor_bytes(list(args) + list(kwargs.values())) + convert.tensor_bytes(
+                out if isinstance(out, (list, tuple)) else [out])
+            if name in convert.GEMM_OPS:
+                row = convert.gemm_row(name, args)
+            elif name in convert.ATTN_FWD_OPS or name in convert.ATTN_BWD_OPS:
+                row = convert.attention_row(name, args, kwargs, name in convert.ATTN_BWD_OPS)
+            else:
+                row = {"kind": "memory", "dtype": convert.first_float_dtype(list(args) + [out]), "flops": 0}
+                known = (name.startswith("aten.") and func._overloadpacket not in flop_registry) \
+                    or name in KNOWN_OTHER_MEMORY_OPS
+                if not known:
+                    self.unknown.add(name)
+            row.update(type="compute", name=name, bytes=int(nbytes))
+            if name == "fsdp.split_with_sizes_copy.default" and self.fsdp_gathers:
+                self.ops[self.fsdp_gathers.pop(0)]["wait"] = len(self.ops)
+                self.fsdp_copy_out = len(self.ops)
+            self.ops.append(row)
+
+    return _Recorder
+
+
+@contextlib.contextmanager
+def _patched(obj, attr, value):
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, old)
+
+
+def _framework_patches(stack, recorder, ddps):
+    """Apply the fake-tensor workarounds of the module docstring on ``stack`` (an ExitStack)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.device_mesh as device_mesh
+    import torch.nn.parallel.distributed as ddp_mod
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def outside_fake(fn):
+        def wrapper(*args, **kwargs):
+            with unset_fake_temporarily():
+                return fn(*args, **kwargs)
+        return wrapper
+
+    ddp_cls = ddp_mod.DistributedDataParallel
+    ddp_init = ddp_cls.__init__
+
+    def hook(group, bucket):
+        buf = bucket.buffer()
+        n = dist.get_world_size(group)
+        buf.div_(n)
+        if not recorder.ddp_pending:
+            torch.autograd.Variable._execution_engine.queue_callback(recorder.end_of_backward)
+        recorder.ddp_async = True
+        try:
+            dist.all_reduce(buf, group=group, async_op=True)
+        finally:
+            recorder.ddp_async = False
+        fut = torch.futures.Future()
+        fut.set_result(buf)
+        return fut
+
+    def init(self, *args, **kwargs):
+        ddp_init(self, *args, **kwargs)
+        self.register_comm_hook(self.process_group, hook)
+        ddps.append(self)
+
+    stack.enter_context(_patched(ddp_mod, "_verify_param_shape_across_processes", lambda *a, **k: None))
+    stack.enter_context(_patched(ddp_cls, "__init__", init))
+    stack.enter_context(_patched(device_mesh.DeviceMesh, "__init__", outside_fake(device_mesh.DeviceMesh.__init__)))
+    wrapped_init_mesh = outside_fake(device_mesh.init_device_mesh)
+    stack.enter_context(_patched(device_mesh, "init_device_mesh", wrapped_init_mesh))
+    stack.enter_context(_patched(dist, "init_device_mesh", wrapped_init_mesh))
+
+
+def _real_int_tensors():
+    """A dispatch mode under which new int32 tensors are real (DDP's bucket rebuild writes the bucket
+    indices into one with a C++ accessor); every other op stays fake."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _RealInts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten.empty.memory_format and kwargs.get("dtype") == torch.int32:
+                with unset_fake_temporarily():
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+
+    return _RealInts()
+
+
+def _check_positive_int(field, value, minimum=1):
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        rule = "must be a positive integer" if minimum == 1 else "must be a non-negative integer"
+        raise ConfigError(field, rule, value)
+
+
+def capture(step, *, world_size: int, rank: int = 0, setup=None, warmup_steps: int = 1,
+            label: str = "") -> CapturedWorkload:
+    """Run one training step of one rank of a ``world_size`` job on fake tensors and record what it issues.
+
+    Parameters
+    ----------
+    step : callable
+        ``step()`` (or ``step(state)`` with ``setup``): one training step (forward, backward, optimizer).
+        It runs on CPU tensors that hold no data; write it device-agnostic (no ``.cuda()``), and create
+        device meshes with ``torch.distributed.device_mesh.init_device_mesh("cpu", ...)``.
+    world_size : int
+        Ranks of the job, >= 1.
+    rank : int, optional
+        The rank to run (default 0), in ``[0, world_size)``.
+    setup : callable, optional
+        ``setup() -> state``: builds the model, parallel wrappers and optimizer once, unrecorded.
+    warmup_steps : int, optional
+        Unrecorded steps before the recorded one (default 1: DDP settles its buckets after its first
+        iteration). Needs ``setup``, or a ``step`` that keeps its model between calls.
+    label : str, optional
+        Stored with the workload.
+
+    Returns
+    -------
+    CapturedWorkload
+
+    Raises
+    ------
+    ConfigError
+        Bad ``world_size``/``rank``, torch.distributed already initialised, or a step (or setup) that raises
+        (the message names the exception).
+    """
+    _check_positive_int("world_size", world_size)
+    _check_positive_int("rank", rank, 0)
+    _check_positive_int("warmup_steps", warmup_steps, 0)
+    if rank >= world_size:
+        raise ConfigError("rank", f"must be < world_size ({world_size})", rank)
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        raise ConfigError("torch", "is needed to capture: pip install flowsim[capture]", "not installed") from None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise ConfigError("torch.distributed", "is already initialised; capture starts its own fake process "
+                                               "group", "an initialised default group")
+    recorder = _make_recorder()()
+    recorder.paused = True
+    ddps = []
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        with contextlib.ExitStack() as stack:
+            _framework_patches(stack, recorder, ddps)
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            stack.enter_context(recorder)
+            state = _call("setup", setup) if setup is not None else None
+
+            def run():
+                return _call("step", step, *(() if setup is None else (state,)))
+
+            for _ in range(warmup_steps):
+                run()
+                with _real_int_tensors():
+                    for ddp in ddps:
+                        ddp.reducer._rebuild_buckets()
+            recorder.paused = False
+            run()
+            recorder.paused = True
+    finally:
+        dist.destroy_process_group()
+    unknown = sorted(recorder.unknown)
+    if unknown:
+        warnings.warn(f"ops not known to the recorder, kept as memory-bound rows: {', '.join(unknown)}",
+                      FlowsimWarning, stacklevel=2)
+    return CapturedWorkload(world_size=world_size, rank=rank, ops=recorder.ops, groups=recorder.groups,
+                            unknown_ops=unknown, label=label)
+
+
+def _call(what, fn, *args):
+    try:
+        return fn(*args)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of user code is reported as bad input
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(what, f"raised {type(e).__name__}: {first}") from e
