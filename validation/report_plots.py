@@ -26,6 +26,14 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` as PNG and free it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
 def _identity(ax, lo: float, hi: float) -> None:
     ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
     ax.plot([lo, hi], [lo * 1.2, hi * 1.2], "k:", lw=0.8, label="+/- 20 %")
@@ -50,10 +58,7 @@ def step_time_scatter(runs, path: Path) -> Path:
     ax.set_title(f"Training step time, {len(df)} published runs")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def error_by_gpus(runs, path: Path) -> Path:
@@ -71,10 +76,7 @@ def error_by_gpus(runs, path: Path) -> Path:
     ax.set_title("Step-time error by scale (grey band: +/- 20 %)")
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     ax.grid(True, alpha=0.2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def nccl_busbw(nccl, path: Path) -> Path:
@@ -97,10 +99,7 @@ def nccl_busbw(nccl, path: Path) -> Path:
     axes.flat[0].legend(fontsize=6)
     fig.supxlabel("size (bytes, nccl-tests convention)", fontsize=8)
     fig.supylabel("busbw (GB/s)", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def trace_kernels(traces, path: Path) -> Path:
@@ -131,10 +130,7 @@ def trace_kernels(traces, path: Path) -> Path:
         ax.legend(fontsize=6)
         ax.grid(True, which="both", alpha=0.2)
     axes.flat[0].set_ylabel("flowsim (us)", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def write_plots(report, img_dir: Path) -> list[Path]:
