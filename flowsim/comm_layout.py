@@ -21,6 +21,7 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import CommLayout
+from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
 from flowsim.units import gbps_to_Bps
 
 
@@ -68,7 +69,7 @@ def job_domain_size(cluster: ClusterConfig) -> int:
 
 
 def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int, *,
-                 first_rank: int = 0) -> CommLayout:
+                 first_rank: int = 0, nccl_version: str = DEFAULT_NCCL_VERSION) -> CommLayout:
     """Layout of the communicator ``first_rank + k * stride`` (k < ``n_ranks``) on ``cluster``.
 
     Parameters
@@ -83,6 +84,8 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         Distance between consecutive members' global ranks, >= 1.
     first_rank : int, optional
         Global rank of the first member (default 0).
+    nccl_version : str, optional
+        NCCL release whose cost model applies (``CommLayout.nccl_version``; default 2.30.7).
 
     Returns
     -------
@@ -93,7 +96,8 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
     ------
     ConfigError
         Non-positive sizes, a group that runs past the cluster's GPUs, or one whose ranks are spread
-        unevenly over the domains (NCCL's model assumes the same ranks on every node).
+        unevenly over the domains (NCCL's model assumes the same ranks on every node); an unsupported
+        ``nccl_version``.
     """
     for name, v in (("n_ranks", n_ranks), ("stride", stride)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -129,6 +133,7 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         nic_Bps=gbps_to_Bps(cluster.nic_gbps),
         pcie_Bps=gpu.pcie_Bps,
         cpu=cluster.cpu,
+        nccl_version=nccl_version,
     )
 
 

@@ -1,4 +1,4 @@
-"""NCCL algorithms, protocols and selection (NCCL v2.30.7 cost model), in ranks only.
+"""NCCL algorithms, protocols and selection (NCCL's cost model, releases 2.18-2.30; default 2.30.7), in ranks only.
 
 Public API::
 

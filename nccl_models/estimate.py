@@ -14,7 +14,7 @@ import pandas as pd
 
 from flowsim.errors import ConfigError
 from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo, Coll, Proto
-from flowsim.nccl_models.execution import exec_time_s
+from flowsim.nccl_models.execution import exec_time_s, run_channels
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.overrides import parse_override
@@ -80,10 +80,12 @@ class CollectiveEstimate:
     runner_up_reason : str or None
         Why there is no runner-up, when there is none.
     n_ctas : int
-        Thread blocks the collective kernel launches, one per channel (NCCL ``src/enqueue.cc``: the grid
-        has one CTA per channel); each holds one SM for the collective's duration, which compute kernels
-        running at the same time cannot use. Point-to-point ops use the communicator's channels
-        (``p2pnChannels`` = ``nChannels`` with the default NCCL_MAX_P2P_NCHANNELS, ``src/init.cc``).
+        Thread blocks the collective kernel launches, one per channel it runs on (NCCL ``src/enqueue.cc``:
+        the grid has one CTA per channel; small Ring/Tree messages run on fewer channels,
+        :func:`~flowsim.nccl_models.execution.run_channels`); each holds one SM for the collective's
+        duration, which compute kernels running at the same time cannot use. Point-to-point ops use the
+        communicator's channels (``p2pnChannels`` = ``nChannels`` with the default NCCL_MAX_P2P_NCHANNELS,
+        ``src/init.cc``).
     """
 
     op: str
@@ -196,16 +198,15 @@ def predict(op: str, size_bytes: float, layout: CommLayout, *, algo: str | None 
     model, entries = _candidates(op, layout, algo, proto)
     ranked = sorted(entries, key=lambda e: nccl_time_s(model, layout, e[0], e[1], size))
     a, p = ranked[0]
-    t = exec_time_s(model, layout, a, p, size)
+    t = exec_time_s(model.coll, layout, a, p, size)
     if len(ranked) > 1:
         ra, rp = ranked[1]
-        runner = (ALGO_NAMES[ra], PROTO_NAMES[rp], exec_time_s(model, layout, ra, rp, size), None)
+        runner = (ALGO_NAMES[ra], PROTO_NAMES[rp], exec_time_s(model.coll, layout, ra, rp, size), None)
     else:
         runner = (None, None, None, "no other algorithm/protocol is allowed and available")
-    g = model.graphs
-    ctas = g.nvls_exec_channels if a in (Algo.NVLS, Algo.NVLS_TREE) else g.exec_channels
     return CollectiveEstimate(op, size, n, t, ALGO_NAMES[a], PROTO_NAMES[p], size / t, size / t * factor,
-                              nccl_time_s(model, layout, a, p, size), *runner, n_ctas=ctas)
+                              nccl_time_s(model, layout, a, p, size), *runner,
+                              n_ctas=run_channels(model, layout, a, p, size))
 
 
 def _single_rank(op: str, size: float) -> CollectiveEstimate:
@@ -248,7 +249,7 @@ def cost_table(op: str, size_bytes: float, layout: CommLayout) -> pd.DataFrame:
             why = model.reason[a][p]
             if why is None:
                 rows.append((ALGO_NAMES[a], PROTO_NAMES[p], model.latency_s[a, p], model.algbw_Bps[a, p],
-                             nccl_time_s(model, layout, a, p, size), exec_time_s(model, layout, a, p, size), None))
+                             nccl_time_s(model, layout, a, p, size), exec_time_s(model.coll, layout, a, p, size), None))
             else:
                 rows.append((ALGO_NAMES[a], PROTO_NAMES[p], math.nan, math.nan, math.nan, math.nan, why))
     df = pd.DataFrame(rows, columns=["algo", "proto", "latency_s", "algbw_Bps", "nccl_time_s", "time_s",

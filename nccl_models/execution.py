@@ -14,16 +14,27 @@ time adds three things:
 3. **Achieved-bandwidth efficiencies** where NCCL's bandwidth is known to be only a ranking figure,
    each calibrated on nccl-tests / rccl-tests measurements (collective measurements only, large sizes
    only, one constant per fitted number; see the constants below and docs/NCCL.md).
+
+The release modelled (``CommLayout.nccl_version``) decides what NCCL *picks* (:mod:`.tuning`); the time of
+the pick is always priced with the newest release's model (:func:`execution_layout`): older tables hold
+ranking figures NCCL later corrected against hardware (before 2.28 NVLS AllReduce was ranked at 5/6 of its
+busBw, 400 GB/s algbw on H100 where 2.28+ say 274 and nccl-tests measures 272-275; before 2.21 Ring/LL at
+1/4 of it), and the calibrated constants below were fitted on that model.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 from flowsim.nccl_models.constants import (
-    BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_STEP_DATA_BYTES, NVLS_CHUNK_BYTES, RING_CHUNK_STEPS,
-    RING_SLICE_STEPS, SIMPLE_STEP_BYTES, Algo, Coll, Proto,
+    BCAST_CHUNK_STEPS, LL128_MAX_THREADS, LL128_STEP_DATA_BYTES, LL_MAX_THREADS, LL_STEP_DATA_BYTES,
+    NVLS_CHUNK_BYTES, PCI_BW_GBPS, RING_CHUNK_STEPS, RING_SLICE_STEPS, SIMPLE_MAX_THREADS, SIMPLE_PCI_THREADS,
+    SIMPLE_STEP_BYTES, THREAD_THRESHOLD_BYTES, TREE_SIMPLE_THREADS, Algo, Coll, Proto,
 )
 from flowsim.nccl_models.layout import CommLayout
-from flowsim.nccl_models.tuning import CostModel, n_steps, nccl_time_s
-from flowsim.units import KiB
+from flowsim.nccl_models.tuning import CostModel, cost_model, n_steps, nccl_time_s
+from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
+from flowsim.units import GB, KiB
 
 RCCL_XGMI_BW_EFFICIENCY = 0.745
 """Achieved / NCCL-formula bandwidth for RCCL on an xGMI mesh (dimensionless). Fitted on rccl-tests
@@ -85,6 +96,51 @@ def nvls_chunk_bytes(n_bytes: float, concurrent_ops: int) -> float:
     return chunk
 
 
+def _max_threads(model: CostModel, a: Algo, p: Proto) -> int:
+    """Threads per channel of a Ring/Tree kernel (tuning.cc ``maxThreads``)."""
+    if p == Proto.LL:
+        return LL_MAX_THREADS
+    if p == Proto.LL128:
+        return LL128_MAX_THREADS
+    if a == Algo.TREE:
+        return TREE_SIMPLE_THREADS
+    ring = model.graphs.ring
+    return SIMPLE_PCI_THREADS if ring.bw_intra_Bps * ring.n_channels <= PCI_BW_GBPS * GB else SIMPLE_MAX_THREADS
+
+
+def run_channels(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_bytes: float) -> int:
+    """Channels NCCL runs (a, p) on for ``n_bytes`` (enqueue.cc ``topoGetAlgoInfo``).
+
+    Parameters
+    ----------
+    model : CostModel
+        NCCL's table for the collective (its graphs give the communicator's channels).
+    layout : CommLayout
+        The communicator.
+    a, p : Algo, Proto
+        The algorithm and protocol that run.
+    n_bytes : float
+        NCCL's byte count (total buffer for AllGather/ReduceScatter), > 0.
+
+    Returns
+    -------
+    int
+        Ring and Tree start from the communicator's channels and drop one while
+        ``nBytes < channels x threads x threshold`` (threshold 8 B/thread for LL and LL128, 64 for Simple,
+        Ring/LL x nRanks), down to one: ``max(1, min(channels, nBytes // (threads x threshold)))``; the rule
+        is the same in v2.18.3 (``getAlgoInfo``) and v2.30.7. NVLS/NVLSTree run their own channel count;
+        PAT is not reduced. This sets the CTAs (SMs) the kernel holds, not its speed (:func:`exec_time_s`).
+    """
+    g = model.graphs
+    if a in (Algo.NVLS, Algo.NVLS_TREE):
+        return g.nvls_exec_channels
+    if a not in (Algo.RING, Algo.TREE):
+        return g.exec_channels
+    threshold = THREAD_THRESHOLD_BYTES[p] * (layout.n_ranks if (a == Algo.RING and p == Proto.LL) else 1)
+    per_channel = _max_threads(model, a, p) * threshold
+    return max(1, min(g.exec_channels, int(n_bytes // per_channel)))
+
+
 def pipeline_fill_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_bytes: float,
                     algbw_Bps: float) -> float:
     """Time for the pipeline to fill before it streams, seconds.
@@ -106,7 +162,9 @@ def pipeline_fill_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_b
     -------
     float
         Ring, Tree, PAT: one slice at the per-channel bus bandwidth; Broadcast/Reduce chains: ``n - 2``
-        chunks (the chain's depth); derived, no fitted constant.
+        chunks (the chain's depth); derived, no fitted constant. Slices are cut for all the
+        communicator's channels even when NCCL runs fewer (:func:`run_channels`): the larger slices of
+        fewer channels move at the bandwidth the dropped channels leave (see :func:`exec_time_s`).
         NVLS, NVLSTree: ``NVLS_FILL_CHUNKS`` chunks at the per-channel bandwidth.
     """
     g = model.graphs
@@ -153,11 +211,32 @@ def nvls_chunk_overhead_s(model: CostModel, n_bytes: float) -> float:
     return n_bytes / channels * (1.0 / chunk - 1.0 / NVLS_CHUNK_BYTES) * NVLS_CHUNK_OVERHEAD_S
 
 
-def exec_time_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_bytes: float) -> float:
-    """Predicted time of one (a, p) collective of ``n_bytes``, seconds.
+@lru_cache(maxsize=4096)
+def execution_layout(layout: CommLayout) -> CommLayout:
+    """``layout`` at the newest release: the model that prices what an older release picked (module docstring).
 
-    ``NCCL time with the calibrated bandwidth`` + ``pipeline fill`` (module docstring).
+    Graph differences of older releases (NVLink per-link bandwidth, speed ladders, ``MAXCHANNELS``)
+    therefore reach the selection only.
     """
+    if layout.nccl_version == DEFAULT_NCCL_VERSION:
+        return layout
+    return replace(layout, nccl_version=DEFAULT_NCCL_VERSION)
+
+
+def exec_time_s(coll: Coll, layout: CommLayout, a: Algo, p: Proto, n_bytes: float) -> float:
+    """Predicted time of one (a, p) collective of ``n_bytes`` on ``layout``, seconds.
+
+    ``coll`` is the collective; ``a, p`` an entry available to NCCL on ``layout``; ``n_bytes`` NCCL's byte
+    count (total buffer for AllGather/ReduceScatter). The time is priced on :func:`execution_layout`.
+
+    ``NCCL time with the calibrated bandwidth`` + ``pipeline fill`` (module docstring). The bandwidth
+    term keeps all channels' bandwidth when NCCL runs fewer (:func:`run_channels`): a channel is not
+    limited to its share of the links, and measured small messages do not slow down as channels drop
+    (rccl-tests MI300X, one process per GPU: 13.7-14.6 us flat from 1 KiB to 128 KiB, where a per-channel
+    share would give 16-28 us).
+    """
+    layout = execution_layout(layout)
+    model = cost_model(coll, layout)
     eff = bw_efficiency(layout)
     t = nccl_time_s(model, layout, a, p, n_bytes, bw_scale=eff)
     t += pipeline_fill_s(model, layout, a, p, n_bytes, model.algbw_Bps[a, p] * eff)

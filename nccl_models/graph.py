@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from flowsim.nccl_models.constants import (
-    DUP_MIN_BW_INTRA_GBPS, DUP_SM90_MAX_BW_INTRA_GBPS, DUP_SM90_MAX_CHANNELS, MAX_CHANNELS,
-    NVLS_CHANNELS_SM90, NVLS_CHANNELS_SM100_MULTI_NODE, NVLS_CHANNELS_SM100_SINGLE_NODE, NVLS_MAX_HEADS,
-    PCIE_NCCL_FRACTION, RING_GRAPH_MAX_CHANNELS, SM90_MULTINODE_EXTRA_DUP_BW_GBPS,
-    SM90_MULTINODE_EXTRA_DUP_MAX_CHANNELS, SPEED_INTER_GBPS, SPEED_INTRA_GBPS, Arch, Hw, arch_of,
-    nvlink_link_Bps,
+    DUP_MIN_BW_INTRA_GBPS, DUP_SM90_MAX_BW_INTRA_GBPS, DUP_SM90_MAX_CHANNELS, NVLS_CHANNELS_SM90,
+    NVLS_CHANNELS_SM100_MULTI_NODE, NVLS_CHANNELS_SM100_SINGLE_NODE, NVLS_MAX_HEADS, PCIE_NCCL_FRACTION,
+    SM90_MULTINODE_EXTRA_DUP_BW_GBPS, SM90_MULTINODE_EXTRA_DUP_MAX_CHANNELS, Arch,
+    Hw, arch_of, max_channels, nvlink_link_Bps, speed_ladder_gbps,
 )
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.units import GB
@@ -92,7 +91,7 @@ def nccl_pcie_Bps(pcie_Bps: float) -> float:
 def _intra(layout: CommLayout) -> tuple[float, Hw]:
     ppn = layout.ranks_per_node
     if layout.scaleup_kind == "nvswitch" or (layout.scaleup_kind == "nvlink_bridge" and ppn <= 2):
-        return layout.scaleup_links * nvlink_link_Bps(layout.compute_capability), Hw.NVLINK
+        return layout.scaleup_links * nvlink_link_Bps(layout.compute_capability, layout.version), Hw.NVLINK
     if layout.scaleup_kind == "xgmi_mesh":
         return layout.scaleup_Bps, Hw.NVLINK
     return nccl_pcie_Bps(layout.pcie_Bps), Hw.PCI
@@ -107,29 +106,35 @@ def _best(candidates):
     return best
 
 
-def _dup(n_channels: int, bw_intra: float, bw_inter: float, cc: int) -> tuple[int, float, float]:
+def _ring_max_channels(layout: CommLayout) -> int:
+    """Most channels a ring graph may have: ``MAXCHANNELS / 2`` of the release (search.cc)."""
+    return max_channels(layout.version) // 2
+
+
+def _dup(n_channels: int, bw_intra: float, bw_inter: float, layout: CommLayout) -> tuple[int, float, float]:
     """``ncclTopoDupChannels``: double channels, halve per-channel bandwidth, unless excluded."""
     gb = bw_intra / GB
-    if gb < DUP_MIN_BW_INTRA_GBPS or (cc > 80 and gb < DUP_SM90_MAX_BW_INTRA_GBPS
+    if gb < DUP_MIN_BW_INTRA_GBPS or (layout.compute_capability > 80 and gb < DUP_SM90_MAX_BW_INTRA_GBPS
                                       and n_channels > DUP_SM90_MAX_CHANNELS):
         return n_channels, bw_intra, bw_inter
-    return min(2 * n_channels, RING_GRAPH_MAX_CHANNELS), bw_intra / 2, bw_inter / 2
+    return min(2 * n_channels, _ring_max_channels(layout)), bw_intra / 2, bw_inter / 2
 
 
 def _ring_search(layout: CommLayout, arch: Arch, intra_Bps: float) -> tuple[int, float]:
     """Graph channels and per-channel speed (bytes/s) of the ring search, before duplication."""
     ppn = layout.ranks_per_node
+    ring_max = _ring_max_channels(layout)
     if layout.n_nodes == 1:
-        return _best((min(int(intra_Bps // (s * GB)), RING_GRAPH_MAX_CHANNELS), s * GB)
-                     for s in SPEED_INTRA_GBPS[arch])
+        return _best((min(int(intra_Bps // (s * GB)), ring_max), s * GB)
+                     for s in speed_ladder_gbps(arch, "intra", layout.version))
     path_Bps = min(layout.nic_Bps, nccl_pcie_Bps(layout.pcie_Bps))
     cands = []
-    for s in SPEED_INTER_GBPS[arch]:
+    for s in speed_ladder_gbps(arch, "inter", layout.version):
         s_Bps = s * GB
         n = layout.nics_per_node * int(path_Bps // s_Bps)
         if ppn > 1:  # a channel crosses the scale-up ports of ppn - 1 of the ppn GPUs
             n = min(n, int(intra_Bps // (s_Bps * (ppn - 1) / ppn)))
-        cands.append((min(n, RING_GRAPH_MAX_CHANNELS), s_Bps))
+        cands.append((min(n, ring_max), s_Bps))
     return _best(cands)
 
 
@@ -158,38 +163,42 @@ def graphs_of(layout: CommLayout) -> Graphs:
     Notes
     -----
     NCCL 2.30.7 ``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``) and
-    ``src/graph/connect.cc`` (``ncclTopoPostset``). The NVLS graph has one channel per head: every GPU
-    of the node on one node, one head per NIC on several nodes, at most 16 [inferred from NCCL logs
-    "NVLS comm ... nHeads 8" and the 480 GB/s H100 busbw].
+    ``src/graph/connect.cc`` (``ncclTopoPostset``); older releases differ in the NVLink bandwidth, the
+    SM90/SM100 speed ladders and ``MAXCHANNELS`` (:mod:`flowsim.nccl_models.versions`). The NVLS graph has
+    one channel per head: every GPU of the node on one node, one head per NIC on several nodes, at most 16
+    [inferred from NCCL logs "NVLS comm ... nHeads 8" and the 480 GB/s H100 busbw].
     """
     cc = layout.compute_capability
-    arch = arch_of(cc)
+    arch = arch_of(cc, layout.version)
+    intra_ladder = speed_ladder_gbps(arch, "intra", layout.version)
     ppn = layout.ranks_per_node
     intra_Bps, intra_hw = _intra(layout)
     n, s = _ring_search(layout, arch, intra_Bps)
     n = max(n, 1)
-    ring = Graph(*_dup(n, s, s, cc))
+    ring = Graph(*_dup(n, s, s, layout))
     if layout.n_nodes == 1:
         tree = ring
     else:
         # Pass 2 of the search raises bwIntra of trees up to 2x bwInter while the intra chain fits.
         fit_Bps = intra_Bps / (n * (ppn - 1) / ppn) if ppn > 1 else math.inf
-        bw_intra = max(s, _top_speed(SPEED_INTRA_GBPS[arch], min(2 * s, fit_Bps)))
-        tree = Graph(*_dup(n, bw_intra, s, cc))
+        bw_intra = max(s, _top_speed(intra_ladder, min(2 * s, fit_Bps)))
+        tree = Graph(*_dup(n, bw_intra, s, layout))
     nvls = None
     if layout.nvls and layout.scaleup_kind == "nvswitch" and cc >= 90:
         heads = ppn if layout.n_nodes == 1 else min(ppn, layout.nics_per_node)
-        bw_intra = _top_speed(SPEED_INTRA_GBPS[arch], intra_Bps)
+        bw_intra = _top_speed(intra_ladder, intra_Bps)
         bw_inter = (bw_intra if layout.n_nodes == 1 else
-                    _top_speed(SPEED_INTER_GBPS[arch], min(layout.nic_Bps, nccl_pcie_Bps(layout.pcie_Bps))))
+                    _top_speed(speed_ladder_gbps(arch, "inter", layout.version),
+                               min(layout.nic_Bps, nccl_pcie_Bps(layout.pcie_Bps))))
         nvls = Graph(min(heads, NVLS_MAX_HEADS), bw_intra, bw_inter)
-    exec_channels = min(2 * ring.n_channels, MAX_CHANNELS)
+    most = max_channels(layout.version)
+    exec_channels = min(2 * ring.n_channels, most)
     if (cc >= 90 and layout.n_nodes > 1 and ring.bw_intra_Bps > SM90_MULTINODE_EXTRA_DUP_BW_GBPS * GB
             and exec_channels < SM90_MULTINODE_EXTRA_DUP_MAX_CHANNELS):
-        exec_channels = min(2 * exec_channels, MAX_CHANNELS)
+        exec_channels = min(2 * exec_channels, most)
     nvls_exec = 0
     if nvls is not None:
-        if cc >= 100:
+        if arch == Arch.BLACKWELL:
             nvls_exec = NVLS_CHANNELS_SM100_SINGLE_NODE if layout.n_nodes == 1 else NVLS_CHANNELS_SM100_MULTI_NODE
         else:
             nvls_exec = NVLS_CHANNELS_SM90

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from flowsim.errors import ConfigError
+from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION, NcclVersion, parse_nccl_version
 
 VENDORS = ("nvidia", "amd")
 SCALEUP_KINDS = ("nvswitch", "xgmi_mesh", "nvlink_bridge", "pcie")
@@ -44,6 +45,9 @@ class CommLayout:
         GPU host PCIe bandwidth, bytes/s per direction (nominal, e.g. 64e9 for Gen5 x16).
     cpu : str
         Host CPU family: ``intel``, ``amd`` or ``arm`` (NCCL's LL cap and network overhead depend on it).
+    nccl_version : str
+        NCCL release whose cost model applies, ``major.minor[.patch]`` from 2.18 to 2.30 (default 2.30.7);
+        stored as ``major.minor.patch``. See :mod:`flowsim.nccl_models.versions`.
     """
 
     n_ranks: int
@@ -58,8 +62,10 @@ class CommLayout:
     nic_Bps: float = 0.0
     pcie_Bps: float = 64e9
     cpu: str = "intel"
+    nccl_version: str = DEFAULT_NCCL_VERSION
 
     def __post_init__(self):
+        object.__setattr__(self, "nccl_version", str(parse_nccl_version(self.nccl_version)))
         for name in ("n_ranks", "n_nodes", "compute_capability"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -87,6 +93,11 @@ class CommLayout:
                                   self.nics_per_node)
             if not self.nic_Bps > 0:
                 raise ConfigError("nic_Bps", "must be > 0 when the communicator spans several nodes", self.nic_Bps)
+
+    @property
+    def version(self) -> NcclVersion:
+        """The NCCL release modelled (parsed ``nccl_version``)."""
+        return parse_nccl_version(self.nccl_version)
 
     @property
     def ranks_per_node(self) -> int:

@@ -16,7 +16,7 @@ slowest tier (NCCL 2.30.7 tuning.cc ``baseLat``, ``hwLat``), documented as an ap
 """
 from __future__ import annotations
 
-from flowsim.nccl_models.constants import BASE_LAT_S, HW_LAT_S, Algo, Hw, Proto
+from flowsim.nccl_models.constants import Algo, Hw, Proto, tuning_tables
 from flowsim.nccl_models.execution import ALLTOALL_NET_EFFICIENCY, SENDRECV_NET_EFFICIENCY, bw_efficiency
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
@@ -25,7 +25,8 @@ from flowsim.nccl_models.layout import CommLayout
 def p2p_latency_s(layout: CommLayout) -> float:
     """Ring/Simple base latency + one hop of the slowest tier, seconds (see module docstring)."""
     hw = Hw.NET if layout.n_nodes > 1 else graphs_of(layout).intra_hw
-    return BASE_LAT_S[Algo.RING, Proto.SIMPLE] + HW_LAT_S[hw, Algo.RING, Proto.SIMPLE]
+    tables = tuning_tables(layout.version)
+    return tables.base_lat_s[Algo.RING, Proto.SIMPLE] + tables.hw_lat_s[hw, Algo.RING, Proto.SIMPLE]
 
 
 def _intra_Bps(layout: CommLayout) -> float:

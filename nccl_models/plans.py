@@ -57,8 +57,8 @@ import numpy as np
 
 from flowsim.errors import ConfigError
 from flowsim.nccl_models.constants import (
-    BASE_LAT_S, BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, RING_CHUNK_STEPS,
-    SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto,
+    BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, RING_CHUNK_STEPS,
+    SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto, tuning_tables,
 )
 from flowsim.nccl_models.estimate import COLL_OF_OP
 from flowsim.nccl_models.execution import bw_efficiency, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s
@@ -262,7 +262,7 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
     model = cost_model(coll, layout)
     if model.reason[a][p] is not None:
         raise ConfigError("algo", f"NCCL cannot run {algo}/{proto} here: {model.reason[a][p]}", algo)
-    base = float(BASE_LAT_S[a, p])
+    base = float(tuning_tables(layout.version).base_lat_s[a, p])
     step_lat = float(model.latency_s[a, p]) - base
     g = graphs_of(layout)
     if a == Algo.NVLS:

@@ -6,8 +6,11 @@ reached when this file was written (docs/NCCL.md, "Accuracy"), rounded up: a cha
 model worse on any data set fails here. busbw error = predicted / measured busbw - 1, computed from the
 times. Target: <= 10 % median for sizes >= 1 MiB, <= 25 % below; the cases that miss it are explained
 in docs/NCCL.md (single-process ``-g N`` launch floors of ~30-45 us, TCPXO/RoCE small-message latency,
-NCCL 2.18/2.19 on A100, debug-logging artefacts).
+A100 mid sizes, debug-logging artefacts). Each file is modelled with the NCCL release its header states
+(as ``flowsim validate-nccl`` does), else 2.30.7.
 """
+from dataclasses import replace
+
 import pytest
 
 from flowsim.nccl_models import CommLayout
@@ -28,9 +31,9 @@ NIC200 = dict(nics_per_node=8, nic_Bps=25e9)   # GCP A3 Mega: 8 x 200 Gb/s GPUDi
 
 # (file, section, layout, NCCL_ALGO of the run, max median |err| >= 1 MiB, max median |err| < 1 MiB)
 CASES = [
-    ("a100_8gpu_allreduce_azure_nda100v4.txt", 0, CommLayout(8, 1, cpu="amd", **A100), None, 0.21, 1.75),
+    ("a100_8gpu_allreduce_azure_nda100v4.txt", 0, CommLayout(8, 1, cpu="amd", **A100), None, 0.22, 1.75),
     ("a100_8gpu_allreduce_sxm4_80gb_g8.txt", 0, CommLayout(8, 1, **A100), None, 0.41, 1.40),
-    ("gb200_4gpu_allreduce_ring_azure_ndgb200v6.txt", 0, CommLayout(4, 1, **GB200), "ring", 0.08, 0.60),
+    ("gb200_4gpu_allreduce_ring_azure_ndgb200v6.txt", 0, CommLayout(4, 1, **GB200), "ring", 0.07, 0.60),
     ("h100_16gpu_2node_alltoall_xxrjun.txt", 0, CommLayout(16, 2, **NIC400, **H100), None, 0.40, None),
     ("h100_16gpu_2node_alltoall_xxrjun.txt", 1, CommLayout(16, 2, **NIC400, **H100), None, 0.08, None),
     ("h100_16gpu_2node_gcp_a3mega_allreduce.txt", 0, CommLayout(16, 2, **NIC200, **H100), None, 1.15, 3.95),
@@ -59,6 +62,8 @@ CASES = [
                          ids=[f"{c[0][:-4]}#{c[1]}" for c in CASES])
 def test_accuracy_regression(shared_data, name, section, layout, algo, bound_large, bound_small):
     log = read_nccl_tests(shared_data / "nccl-tests" / name, op="allreduce")
+    if log.nccl_version:
+        layout = replace(layout, nccl_version=log.nccl_version)
     s = compare_nccl_tests(log, layout, algo=algo, sections=[section]).summary
     assert s.n_large > 0
     assert s.median_abs_error_large <= bound_large

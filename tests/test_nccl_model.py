@@ -231,13 +231,16 @@ def test_public_functions_document_every_parameter():
 
     from flowsim import comm_layout
     from flowsim.comm_layout import closest_nics, group_layout
-    from flowsim.nccl_models import execution, graph, p2p, tuning
+    from flowsim.nccl_models import execution, graph, p2p, tuning, versions
     from flowsim.validation import nccl_tests
     cli = importlib.import_module("flowsim.cli.collective")  # flowsim.cli.collective is also the command's name
     funcs = [predict, cost_table, busbw_factor, parse_override, group_layout, closest_nics, graph.graphs_of,
              tuning.cost_model, tuning.nccl_time_s, execution.pipeline_fill_s, nccl_tests.read_nccl_tests,
-             nccl_tests.compare_nccl_tests, nccl_tests.summarize, cli.parse_size, cli.parse_sizes, comm_layout.preset_cluster,
-             comm_layout.preset_layout, p2p.alltoall_time_s, p2p.sendrecv_time_s]
+             nccl_tests.compare_nccl_tests, nccl_tests.summarize, cli.parse_size, cli.parse_sizes,
+             comm_layout.preset_cluster,
+             comm_layout.preset_layout, p2p.alltoall_time_s, p2p.sendrecv_time_s, execution.run_channels,
+             execution.exec_time_s, execution.execution_layout, versions.parse_nccl_version,
+             versions.version_from_code, nccl_tests.nccl_version_of]
     for f in funcs:
         doc = inspect.getdoc(f) or ""
         for name in inspect.signature(f).parameters:

@@ -11,7 +11,8 @@ Two row layouts are understood:
 A file may hold several sections (runs): a run of comment lines after result rows starts a new section.
 The collective of a section comes from its comment lines (``alltoall_perf``, ``all_reduce`` ...), else
 from the file header, else from the ``op`` argument. Rows that cannot be read are skipped and listed with
-their line numbers.
+their line numbers. The NCCL release that ran is taken from the log when it states one (see
+:func:`nccl_version_of`).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import pandas as pd
 
 from flowsim.errors import ConfigError
 from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, busbw_factor, predict
+from flowsim.nccl_models.versions import version_from_code
 from flowsim.units import GB, US, MiB
 
 # Order matters: the longer names first ("reduce_scatter" before "reduce").
@@ -39,6 +41,12 @@ _OP_PATTERNS = (
 _DTYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16",
            "fp8_e4m3", "fp8_e5m2", "f8e4m3", "f8e5m2", "char", "int", "float16", "float32", "float64"}
 _COLUMN_HEADER = re.compile(r"\bsize\b.*\b(count|busbw)|^\(B\)", re.I)
+# NCCL release statements, most reliable first: the library nccl-tests linked (``nccl-library=21903``),
+# NCCL's own or a header's "NCCL [version][:] 2.19.3" (case-sensitive: RCCL and nccl-tests versions are
+# not NCCL's), then the headers nccl-tests was built with (``nccl-headers=21903``).
+_VERSION_CODE_LIB = re.compile(r"nccl-library=(\d{5,})")
+_VERSION_TEXT = re.compile(r"\bNCCL\b(?:\s+version)?\s*:?\s*v?(\d+\.\d+(?:\.\d+)?(?:[+-][\w.+-]*)?)")
+_VERSION_CODE_HEADERS = re.compile(r"nccl-headers=(\d{5,})")
 COLUMNS = ["section", "section_title", "line", "op", "size_bytes", "count", "dtype", "time_s", "algbw_Bps",
            "busbw_Bps", "time_inplace_s", "algbw_inplace_Bps", "busbw_inplace_Bps", "time_derived"]
 
@@ -49,6 +57,8 @@ class NcclTestsLog:
 
     Attributes
     ----------
+    nccl_version : str or None
+        The NCCL release the log states (:func:`nccl_version_of`), None when it states none.
     frame : pandas.DataFrame
         One row per result line, columns :data:`COLUMNS`: ``time_s`` (seconds), ``algbw_Bps`` and
         ``busbw_Bps`` (bytes/s) of the out-of-place run, the same for the in-place run (NaN when absent),
@@ -63,6 +73,33 @@ class NcclTestsLog:
     frame: pd.DataFrame
     skipped: tuple
     path: str
+    nccl_version: str | None = None
+
+
+def nccl_version_of(lines) -> str | None:
+    """The NCCL release a log states, as text (``"2.19.3"``, ``"2.18.5+cuda12.2"``), or None.
+
+    Parameters
+    ----------
+    lines : iterable of str
+        The lines of the log.
+
+    Returns
+    -------
+    str or None
+        From, in this order: ``nccl-library=NNNNN`` (nccl-tests' banner: the library that ran), a statement
+        ``NCCL 2.19.3`` / ``NCCL: 2.26.2`` / ``NCCL version 2.18.5+cuda12.2`` (headers, NCCL's INFO line),
+        ``nccl-headers=NNNNN`` (the headers nccl-tests was built with). RCCL versions are not read: RCCL
+        numbers its releases after the NCCL API it follows, not after NCCL's tuning.
+    """
+    lines = list(lines)
+    for pattern in (_VERSION_CODE_LIB, _VERSION_TEXT, _VERSION_CODE_HEADERS):
+        for line in lines:
+            m = pattern.search(line)
+            if m:
+                text = m.group(1)
+                return version_from_code(int(text)) if pattern is not _VERSION_TEXT else text
+    return None
 
 
 def _detect_op(texts) -> str | None:
@@ -117,7 +154,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
     Returns
     -------
     NcclTestsLog
-        The rows as a DataFrame plus the skipped lines.
+        The rows as a DataFrame, the skipped lines and the NCCL release the log states.
 
     Raises
     ------
@@ -185,7 +222,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
     if not rows:
         raise ConfigError("log", "no nccl-tests result rows found", str(path))
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    return NcclTestsLog(frame, tuple(skipped), str(path))
+    return NcclTestsLog(frame, tuple(skipped), str(path), nccl_version_of(lines))
 
 
 

@@ -13,6 +13,7 @@ from flowsim.config.cluster import CPUS
 from flowsim.config.loader import list_presets
 from flowsim.errors import ConfigError
 from flowsim.nccl_models import OPS, P2P_OPS, cost_table, predict
+from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION, SUPPORTED_RANGE
 from flowsim.units import GB, GiB, KiB, MiB, US
 from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
 
@@ -118,6 +119,9 @@ def _cluster_options(func):
         click.option("--cpu", type=click.Choice(CPUS), help="Host CPU family (NCCL's LL cap, network overhead)."),
         click.option("--algo", help="NCCL_ALGO-style override, e.g. ring, ^nvls, allreduce:tree."),
         click.option("--proto", help="NCCL_PROTO-style override, e.g. simple, ^ll128."),
+        click.option("--nccl-version", help=f"NCCL release whose cost model applies ({SUPPORTED_RANGE}); default "
+                                            f"{DEFAULT_NCCL_VERSION}, or for validate-nccl the release the log "
+                                            "states."),
         click.option("--engine", type=click.Choice(ENGINES), default="analytic", show_default=True,
                      help="analytic: NCCL's cost model with fill and calibration; flow: the algorithm's plan of "
                           "transfers run as flows on the cluster topology (docs/NCCL.md, Flow engine)."),
@@ -126,6 +130,23 @@ def _cluster_options(func):
     for opt in reversed(options):
         func = opt(func)
     return func
+
+
+def _modelled_version(engine: str, requested: str | None, from_log: str | None = None) -> tuple[str, str]:
+    """The NCCL release to model and where it comes from: ``--nccl-version``, else the log's, else the default.
+
+    The flow engine (``flowsim.collective_flows``) builds its own layouts at the default release, so it
+    takes no other; asking for one raises ConfigError.
+    """
+    if engine == "flow":
+        if requested is not None and requested != DEFAULT_NCCL_VERSION:
+            raise ConfigError("--nccl-version", f"the flow engine models NCCL {DEFAULT_NCCL_VERSION} only", requested)
+        return DEFAULT_NCCL_VERSION, "the flow engine's only release"
+    if requested:
+        return requested, "--nccl-version"
+    if from_log:
+        return from_log, "stated in the log"
+    return DEFAULT_NCCL_VERSION, "default"
 
 
 def _count(op: str, size: int, n_ranks: int) -> int:
@@ -141,7 +162,7 @@ def _count(op: str, size: int, n_ranks: int) -> int:
 @_cluster_options
 @user_errors
 def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-               engine, as_json):
+               nccl_version, engine, as_json):
     """Predict one collective over a size sweep, printed like nccl-tests (plus NCCL's algo/proto).
 
     Sizes follow nccl-tests: for allgather, reducescatter and alltoall SIZE is the total buffer
@@ -152,7 +173,7 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
         flowsim collective --op allreduce --cluster dgx-h100 --nodes 2 --sizes 1M:1G
     """
     cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
-    layout = group_layout(cfg, spec, cfg.num_gpus, 1)
+    layout = group_layout(cfg, spec, cfg.num_gpus, 1, nccl_version=_modelled_version(engine, nccl_version)[0])
     if explain and op in P2P_OPS:
         raise ConfigError("--explain", f"{op} is point-to-point: NCCL has no cost table for it", op)
     rows, tables = [], []
@@ -165,13 +186,13 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
         if explain:
             tables.append((size, cost_table(op, size, layout)))
     if as_json:
-        out = {"layout": layout.to_dict(), "engine": engine, "rows": rows}
+        out = {"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "engine": engine, "rows": rows}
         if explain:
             out["cost_tables"] = [{"size_bytes": s, "rows": t.to_dict(orient="records")} for s, t in tables]
         echo_json(out)
         return
     click.echo(f"# {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x {layout.ranks_per_node}, "
-               f"{layout.nics_per_node} NIC(s)/node; {engine} engine; GB/s = 1e9 B/s")
+               f"{layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} engine; GB/s = 1e9 B/s")
     click.echo(format_table([{**r, "time_us": r["time_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
                               "busbw_GBps": r["busbw_Bps"] / GB} for r in rows], _TABLE))
     for size, table in tables:
@@ -189,28 +210,33 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
 @_cluster_options
 @user_errors
 def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-                  engine, as_json):
+                  nccl_version, engine, as_json):
     """Compare an nccl-tests / rccl-tests LOG with the model: per size, measured and predicted time and busbw.
 
     The summary gives the median and max |busbw error| for sizes >= 1 MiB and below; busbw error =
     predicted / measured busbw - 1 (positive: the model is too fast). Lines that cannot be read are
-    listed with their numbers. Example:
+    listed with their numbers. The NCCL release modelled is --nccl-version, else the one the log states
+    (e.g. "NCCL 2.19.3", "nccl-library=21903"), else 2.30.7. Example:
 
     \b
         flowsim validate-nccl all_reduce.log --cluster dgx-h100 --algo ring
     """
     cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
-    layout = group_layout(cfg, spec, cfg.num_gpus, 1)
-    parsed = read_nccl_tests(log, op=op, n_ranks=layout.n_ranks)
+    parsed = read_nccl_tests(log, op=op, n_ranks=cfg.num_gpus)
+    version, source = _modelled_version(engine, nccl_version, parsed.nccl_version)
+    layout = group_layout(cfg, spec, cfg.num_gpus, 1, nccl_version=version)
     cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None)
     if engine == "flow":
         cmp = flow_comparison(cmp, cfg, spec, algo=algo, proto=proto)
     if as_json:
-        echo_json({"layout": layout.to_dict(), "engine": engine, **cmp.to_dict()})
+        echo_json({"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "nccl_version_source": source,
+                   "log_nccl_version": parsed.nccl_version, "engine": engine, **cmp.to_dict()})
         return
     rows = [{**r, "measured_time_us": r["measured_time_s"] / US, "predicted_time_us": r["predicted_time_s"] / US,
              "measured_busbw_GBps": r["measured_busbw_Bps"] / GB, "predicted_busbw_GBps": r["predicted_busbw_Bps"] / GB,
              "error_pct": 100 * r["busbw_error"]} for r in cmp.rows.to_dict(orient="records")]
+    click.echo(f"# NCCL {layout.nccl_version} modelled ({source}; log states "
+               f"{parsed.nccl_version or 'no NCCL version'}); {engine} engine")
     click.echo(format_table(rows, _COMPARE))
     s = cmp.summary
     click.echo(f"\nsizes >= 1 MiB: {s.n_large} rows, median |busbw error| {100 * s.median_abs_error_large:.1f} %, "
