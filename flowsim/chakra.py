@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from flowsim.result import Result
-from flowsim.schedule import FWD
+from flowsim.config.training import TrainingConfig
+from flowsim.schedule import FWD, SCHEDULE_IDS, path_links
 from flowsim.trace import layer_ops, timeline_of
 
 COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
@@ -44,6 +45,8 @@ def chakra_traces(result: Result) -> list[dict]:
     stride = t["tensor_model_parallel_size"] * t["context_parallel_size"] * t["data_parallel_size"]
     blocks = [b for b in ("layer", "moe_layer") if b in tl.spans]
     seqs = {(b, kind): layer_ops(tl, b, kind) for b in blocks for kind in ("fwd", "bwd")}
+    # the (stage, chunk) before and after each virtual stage on a micro-batch's path (-1 at the ends)
+    up, down = path_links(SCHEDULE_IDS[TrainingConfig(**t).schedule], p, tl.chunk_layers.shape[1])
     out = []
     for s in range(p):
         nodes = []
@@ -58,8 +61,8 @@ def chakra_traces(result: Result) -> list[dict]:
             if kind_id not in (0, 1):
                 continue  # zb-h1 weight-gradient passes: their GEMMs are in the backward layers' nodes
             kind = "fwd" if kind_id == FWD else "bwd"
-            src = s - 1 if kind == "fwd" else s + 1
-            if 0 <= src < p:
+            src = int((up if kind == "fwd" else down)[s, chunk, 0])
+            if src >= 0 and src != s:
                 add({"name": f"recv {kind} mb{mb} c{chunk}", "type": COMM_RECV_NODE,
                      "attr": [_attr("comm_src", src * stride), _attr("comm_dst", s * stride),
                               _attr("comm_size", tl.p2p_bytes), _attr("comm_tag", mb)]})
@@ -80,8 +83,8 @@ def chakra_traces(result: Result) -> list[dict]:
                     add({"name": f"{name} mb{mb} layer{li}", "type": COMM_COLL_NODE,
                          "attr": [_attr("comm_type", COLL_TYPE[op]), _attr("comm_size", a["bytes"]),
                                   _attr("comm_group_size", a["ranks"])]})
-            dst = s + 1 if kind == "fwd" else s - 1
-            if 0 <= dst < p:
+            dst = int((down if kind == "fwd" else up)[s, chunk, 0])
+            if dst >= 0 and dst != s:
                 add({"name": f"send {kind} mb{mb} c{chunk}", "type": COMM_SEND_NODE,
                      "attr": [_attr("comm_src", s * stride), _attr("comm_dst", dst * stride),
                               _attr("comm_size", tl.p2p_bytes), _attr("comm_tag", mb)]})

@@ -4,18 +4,23 @@ Model states follow Megatron-LM's mixed-precision accounting (docs/source/api-gu
 "bf16 param, fp32 grads"): 2 bytes of 16-bit weights, 4 bytes of fp32 gradient buffer and 12 bytes of
 fp32 master weight plus Adam moments per parameter (18 bytes); the distributed optimizer / ZeRO-1 shards
 the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP the
-weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1).
+weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1). The parameters are those of the stage's
+layers (:func:`flowsim.workload.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
+1F1B's parameters (DeepSeek-V3 report, arXiv 2412.19437, Table 2).
 
 Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4): per layer and micro-batch
 ``s*b*h*(34/t)`` bytes with sequence parallelism when the attention scores are not stored. FlashAttention
 never stores the ``5*a*s^2*b`` score terms, so flowsim counts the stored tensors of each layer explicitly
-(the table below reproduces 34 s*b*h for GPT-3 shapes: 4h MLP, multi-head attention, dropout).
+(the table below reproduces 34 s*b*h for GPT-3 shapes: 4h MLP, multi-head attention, dropout). A stage
+holds them for the micro-batches its pipeline schedule keeps in flight at its peak
+(:func:`flowsim.schedule.held_microbatches`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from flowsim.config import SimConfig
+from flowsim.schedule import chunks_per_stage, end_chunks, held_microbatches
 from flowsim.workload import ACT_BYTES, FP32_BYTES, Workload, padded_vocab
 
 WEIGHT_BYTES = 2       # 16-bit model weights
@@ -83,20 +88,15 @@ def layer_activation_bytes(cfg: SimConfig, moe: bool = False) -> float:
 
 
 def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
-    """Micro-batches whose activations one GPU of ``stage`` holds at the peak.
+    """Micro-batches (through all of the stage's chunks) whose activations one GPU of ``stage`` holds at
+    the peak, counted along its schedule's execution order (:func:`flowsim.schedule.held_microbatches`).
 
-    GPipe holds all m; 1F1B holds ``min(p - stage, m)``; interleaved 1F1B holds that times
-    ``1 + (p - 1) / (p * v)`` on the first stage (Narayanan et al. 2021, sec. 2.2 and Korthikanti et al.
-    2022 sec. 4.2.3), scaled the same way on later stages.
+    GPipe holds all m; 1F1B ``min(p - stage, m)``; interleaved 1F1B ``p + (p - 1) / v`` on the first stage
+    (Korthikanti et al. 2022 sec. 4.2.3); ZB-H1 up to ``p`` on every stage; DualPipe ``p + 1`` chunks, i.e.
+    ``(p + 1) / 2`` of its two-chunk stages (DeepSeek-V3 Table 2).
     """
     t = cfg.training
-    m, p, v = cfg.num_microbatches, t.pp, t.vpp
-    if t.schedule == "gpipe":
-        return float(m)
-    held = float(min(p - stage, m))
-    if t.schedule == "interleaved":
-        held *= 1.0 + (p - 1) / (p * v)
-    return held
+    return held_microbatches(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), cfg.num_microbatches)[stage]
 
 
 def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
@@ -134,7 +134,7 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
         act = mb * stored + per_layer  # one layer's activations are rebuilt at a time in backward
     else:
         act = mb * layers * per_layer
-    if stage == t.pp - 1:
+    if any(s == stage for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]):
         tokens = t.micro_batch_size * cfg.seq_length // t.cp
         act += tokens * padded_vocab(cfg) / t.tp * (ACT_BYTES + FP32_BYTES)  # logits and fp32 softmax
     return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act)

@@ -1,27 +1,57 @@
-"""Pipeline schedules on per-stage timelines: GPipe, 1F1B and interleaved 1F1B.
+"""Pipeline schedules on per-stage timelines: GPipe, 1F1B, interleaved 1F1B, ZB-H1 and DualPipe.
 
-Each stage runs its forward and backward passes of every micro-batch (and model chunk) in the order its
-schedule prescribes, as soon as the input from the neighbouring stage has arrived. A pass's input arrives
-``p2p_s`` after the producing pass ends (the activation or gradient send). The resulting timelines give
-the step's pipeline part: every stage's busy time, idle time (bubble) and the end of its last backward.
+Each stage runs its passes (forward F, backward B and, where the backward is split, weight-gradient W) of
+every micro-batch and model chunk in the order its schedule prescribes, each as soon as its input has
+arrived. A micro-batch flows along a path of virtual stages (a model chunk on a pipeline stage); a pass's
+input arrives ``p2p_s`` seconds after the producing pass on the neighbouring virtual stage ends (the
+activation or gradient send), or at once when that virtual stage sits on the same GPU. The resulting
+timelines give the step's pipeline part: every stage's busy time, idle time (bubble) and the end of its
+last backward. With equal pass times per stage and ``p2p_s = 0`` the bubbles equal the closed forms below
+(``tests/test_schedules.py``, ``tests/test_memory_schedule.py``).
 
-Orders follow Megatron-LM ``core/pipeline_parallel/schedules.py``:
+Orders:
 
-* GPipe: all forwards, then all backwards.
-* 1F1B (Narayanan et al. 2021, sec. 2.2): ``min(p - stage - 1, m)`` warm-up forwards, then one forward /
-  one backward pairs, then the remaining backwards.
-* ``zb-h1``, the split-backward half of ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv
-  2401.10241, sec. 3): 1F1B whose backward is split into the input-gradient pass B, which is all the
-  previous stage waits for, and the weight-gradient pass W, run right after its B. The round trip
-  through the pipeline shrinks from ``F + B + W`` to ``F + B`` per stage, so the bubble is
-  ``(p - 1)(F + B)`` instead of ``(p - 1)(F + B + W)``. ZB-H1's further step, moving W passes into the
-  cool-down to reach ``(p - 1)(F + B - W)``, is not modelled.
-* Interleaved 1F1B with ``v`` chunks per stage: ``(p - stage - 1) * 2 + (v - 1) * p`` warm-up forwards
-  (capped at ``m * v``); virtual micro-batch ``k`` is model chunk ``(k // p) % v`` of micro-batch
-  ``(k // (p * v)) * p + k % p`` (chunks taken in reverse for backwards).
+* GPipe: all forwards, then all backwards. Bubble ``(p - 1)(F + B)``.
+* 1F1B (Narayanan et al. 2021, sec. 2.2; Megatron-LM ``core/pipeline_parallel/schedules.py``):
+  ``min(p - stage - 1, m)`` warm-up forwards, then one forward / one backward pairs, then the remaining
+  backwards. Bubble ``(p - 1)(F + B)``, B the whole backward.
+* Interleaved 1F1B with ``v`` chunks per stage (Megatron-LM): ``(p - stage - 1) * 2 + (v - 1) * p``
+  warm-up forwards (capped at ``m * v``); virtual micro-batch ``k`` is model chunk ``(k // p) % v`` of
+  micro-batch ``(k // (p * v)) * p + k % p`` (chunks taken in reverse for backwards). Bubble
+  ``(p - 1)(F + B) / v`` with F, B of a whole stage.
+* ``zb-h1``, ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, sec. 3.1): the
+  backward is split into B (input gradients, all the previous stage waits for) and W (weight gradients).
+  1F1B's warm-up, and stage ``s`` defers its first ``s`` W passes: in the steady state it runs F B, plus
+  the oldest pending W once ``s`` of them are pending, and the deferred Ws fill the cool-down. Order as in
+  the authors' ``zbpp_light/auto_schedule.py`` (PyPI ``zbpp-light`` 0.0.1). Every stage keeps at most
+  ``p`` micro-batches between F and W, the peak of 1F1B. Bubble ``(p - 1)(F + B - W)`` (paper sec. 3.1,
+  B the input-gradient pass; DeepSeek-V3 Table 2 writes it ``(PP - 1)(F + B - 2W)`` with B the whole
+  backward), a third of 1F1B's when F = B = W.
+* ``dualpipe``, DualPipe (DeepSeek-AI 2024, DeepSeek-V3 technical report, arXiv 2412.19437, sec. 3.2.1 and
+  Table 2; order from ``DualPipe.step`` in PyPI ``dualpipe`` 1.0.0): two pipelines run in opposite
+  directions over the same ``p`` (even) ranks. Chunk 0 of rank ``s`` is model stage ``s`` of the pipeline
+  fed at rank 0; chunk 1 is model stage ``p - 1 - s`` of the pipeline fed at rank ``p - 1`` (each rank holds
+  two model stages: twice the parameters of 1F1B). Micro-batches ``0 .. m/2 - 1`` go the first way,
+  ``m/2 .. m - 1`` the other. Each rank runs the reference's eight phases (warm-up forwards of both
+  directions, zero-bubble B/W steps, the steady state of paired forward-of-one-direction plus
+  backward-of-the-other "F&B" chunks, cool-down backwards whose W passes are deferred into the tail).
+  Bubble ``(p/2 - 1)(F&B + B - 3W)``, F&B the paired forward and (whole) backward, B the whole backward;
+  ``p + 1`` chunk activations in flight at the peak.
+
+With F = B = W and no transfer time every schedule's simulated bubble equals its closed form; with
+unequal costs the list schedule gives its own value: ZB-H1's formula holds exactly while W <= min(F, B),
+DualPipe's while F = B (the input-gradient pass) and W <= B (checked over random costs).
+
+What is not modelled: a DualPipe F&B call runs its forward, backward and weight-gradient passes back to
+back, so the overlap of one chunk's expert all-to-all and pipeline sends with the other chunk's compute
+(the point of DualPipe's pairing) is not credited; each call's outputs are sent when it ends, as in the
+reference, but its batched receives do not hold the rank back. The gradients of the two copies of each
+model stage are not reduced with each other. Sends never block the sender and the two directions'
+transfers do not contend. ZB-H1's activations are counted until W (part of them is freed at B).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,9 +59,11 @@ from numba import njit
 
 from flowsim.errors import ConfigError
 
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1 = 0, 1, 2, 3
-SCHEDULE_IDS = {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "interleaved": INTERLEAVED, "zb-h1": ZB_H1}
-FWD, BWD, WGRAD = 0, 1, 2  # pass kinds: forward, backward (input gradients), weight gradients (ZB-H1 only)
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = 0, 1, 2, 3, 4
+SCHEDULE_IDS = {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "interleaved": INTERLEAVED, "zb-h1": ZB_H1,
+                "dualpipe": DUALPIPE}
+SPLIT_BACKWARD = ("zb-h1", "dualpipe")  # schedules that run weight gradients as passes of their own
+FWD, BWD, WGRAD = 0, 1, 2  # pass kinds: forward, backward (input gradients), weight gradients
 
 
 @dataclass(frozen=True)
@@ -43,14 +75,18 @@ class PipelineTimeline:
     end_s : float64[p]
         When each stage finishes its last backward, seconds from the step start.
     busy_s : float64[p]
-        Sum of the stage's forward and backward pass times, seconds.
+        Sum of the stage's pass times, seconds.
     last_bwd_start_s, last_bwd_end_s : float64[p, v]
-        Start and end of the last micro-batch's backward of each (stage, chunk): the window in which the
-        chunk's gradients become final.
+        Start and end of the last backward pass of each (stage, chunk): the window in which the chunk's
+        gradients become final.
     start_s, end_op_s : float64[p, n_ops]
-        Start and end of each stage's passes in execution order (for traces).
+        Start and end of each stage's passes in execution order (for traces), seconds.
     order : int64[p, n_ops, 3]
         (pass kind FWD/BWD/WGRAD, micro-batch, chunk) of each pass in execution order.
+    send_to : int64[p, n_ops]
+        Stage that each pass's output is sent to, -1 when it stays on the GPU or ends the path.
+    send_s : float64[p, n_ops]
+        When that send starts, seconds: the pass's end, or for DualPipe the end of the call it belongs to.
     """
 
     end_s: np.ndarray
@@ -60,110 +96,278 @@ class PipelineTimeline:
     start_s: np.ndarray
     end_op_s: np.ndarray
     order: np.ndarray
+    send_to: np.ndarray
+    send_s: np.ndarray
+
+
+def chunks_per_stage(schedule: str, vpp: int) -> int:
+    """Model chunks each pipeline stage holds: 2 for DualPipe (one per direction), else ``vpp``."""
+    return 2 if schedule == "dualpipe" else vpp
+
+
+def microbatches_per_chunk(schedule: str, m: int, v: int) -> np.ndarray:
+    """int64[v]: micro-batches that pass through each model chunk of a stage in one step.
+
+    DualPipe sends half of the ``m`` micro-batches each way, each through one chunk; the other schedules
+    send every micro-batch through every chunk.
+    """
+    return np.full(v, m // 2 if schedule == "dualpipe" else m, dtype=np.int64)
+
+
+def end_chunks(schedule: str, p: int, v: int) -> tuple[tuple, tuple]:
+    """((stage, chunk) of each path's first virtual stage, ... of each path's last): where the embedding
+    and the LM head / loss run. DualPipe's two paths start at opposite ends."""
+    if schedule == "dualpipe":
+        return ((0, 0), (p - 1, 1)), ((p - 1, 0), (0, 1))
+    return ((0, 0),), ((p - 1, v - 1),)
+
+
+def path_links(kind: int, p: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """int64[p, v, 2] (stage, chunk) of the virtual stage before (``up``) and after (``down``) each one on
+    a micro-batch's path, -1 at the ends. Interleaved: virtual stage ``c * p + s``; DualPipe: chunk 1
+    runs from stage ``p - 1`` down to 0."""
+    up = np.full((p, v, 2), -1, dtype=np.int64)
+    down = np.full((p, v, 2), -1, dtype=np.int64)
+    for s in range(p):
+        for c in range(v):
+            if kind == DUALPIPE:
+                step = 1 if c == 0 else -1
+                if 0 <= s - step < p:
+                    up[s, c] = (s - step, c)
+                if 0 <= s + step < p:
+                    down[s, c] = (s + step, c)
+                continue
+            k = c * p + s
+            if k > 0:
+                up[s, c] = ((k - 1) % p, (k - 1) // p)
+            if k < p * v - 1:
+                down[s, c] = ((k + 1) % p, (k + 1) // p)
+    return up, down
+
+
+@njit(cache=True)
+def _put(order, s, i, kind, mb, c):
+    """Write pass ``i`` of stage ``s``; returns the next slot."""
+    order[s, i, 0] = kind
+    order[s, i, 1] = mb
+    order[s, i, 2] = c
+    return i + 1
+
+
+@njit(cache=True)
+def _gpipe(order, p, m):
+    """GPipe: all forwards, then all backwards."""
+    for s in range(p):
+        i = 0
+        for mb in range(m):
+            i = _put(order, s, i, FWD, mb, 0)
+        for mb in range(m):
+            i = _put(order, s, i, BWD, mb, 0)
+
+
+@njit(cache=True)
+def _one_f_one_b(order, p, m):
+    """1F1B: warm-up forwards, forward/backward pairs, cool-down backwards."""
+    for s in range(p):
+        warm = min(p - s - 1, m)
+        i = 0
+        for f in range(warm):
+            i = _put(order, s, i, FWD, f, 0)
+        for b in range(m - warm):
+            i = _put(order, s, i, FWD, warm + b, 0)
+            i = _put(order, s, i, BWD, b, 0)
+        for b in range(m - warm, m):
+            i = _put(order, s, i, BWD, b, 0)
+
+
+@njit(cache=True)
+def _zb_h1(order, p, m):
+    """ZB-H1 as ``zbpp_light.auto_schedule``: 1F1B with stage ``s``'s first ``s`` W passes deferred."""
+    for s in range(p):
+        warm = min(p - s - 1, m)
+        i = 0
+        w = 0
+        for f in range(warm):
+            i = _put(order, s, i, FWD, f, 0)
+        for b in range(m):
+            if b < m - warm:
+                i = _put(order, s, i, FWD, warm + b, 0)
+            i = _put(order, s, i, BWD, b, 0)
+            if b >= s:
+                i = _put(order, s, i, WGRAD, w, 0)
+                w += 1
+        for r in range(w, m):
+            i = _put(order, s, i, WGRAD, r, 0)
+
+
+@njit(cache=True)
+def _interleaved(order, p, v, m):
+    """Megatron-LM interleaved 1F1B over ``v`` chunks (module docstring)."""
+    total = m * v
+    for s in range(p):
+        warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+        i = 0
+        kb = 0
+        for kf in range(total):
+            i = _put(order, s, i, FWD, (kf // (p * v)) * p + kf % p, (kf // p) % v)
+            if kf >= warm:
+                i = _put(order, s, i, BWD, (kb // (p * v)) * p + kb % p, v - 1 - (kb // p) % v)
+                kb += 1
+        while kb < total:
+            i = _put(order, s, i, BWD, (kb // (p * v)) * p + kb % p, v - 1 - (kb // p) % v)
+            kb += 1
+
+
+# DualPipe per-rank state, int64[7]: next slot, next forward of direction 0 and 1, next backward of
+# direction 0 and 1, head and tail of the deferred-W queue.
+_SLOT, _NF, _NB, _QH, _QT = 0, 1, 3, 5, 6
+
+
+@njit(cache=True)
+def _dp_pass(order, s, st, kind, d, half):
+    """Put the next forward (``kind`` FWD) or backward (BWD) of direction ``d`` (chunk ``d``); returns
+    its micro-batch."""
+    nxt = _NF if kind == FWD else _NB
+    mb = d * half + st[nxt + d]
+    st[nxt + d] += 1
+    st[_SLOT] = _put(order, s, st[_SLOT], kind, mb, d)
+    return mb
+
+
+@njit(cache=True)
+def _dp_call(order, publish, s, st, queue, f, b, zb, w, half):
+    """One call of the reference on rank ``s``: the forward of direction ``f`` (skipped when -1), the
+    backward of direction ``b`` (skipped when -1) whose W runs inline unless ``zb`` defers it to the
+    FIFO queue, and ``w`` W passes popped from the queue (``WeightGradStore.pop``). The call sends its
+    outputs when its last pass ends."""
+    first = st[_SLOT]
+    if f >= 0:
+        _dp_pass(order, s, st, FWD, f, half)
+    if b >= 0:
+        mb = _dp_pass(order, s, st, BWD, b, half)
+        if zb:
+            queue[st[_QT]] = mb
+            st[_QT] += 1
+        else:
+            st[_SLOT] = _put(order, s, st[_SLOT], WGRAD, mb, b)
+    for _ in range(w):
+        mb = queue[st[_QH]]
+        st[_QH] += 1
+        st[_SLOT] = _put(order, s, st[_SLOT], WGRAD, mb, mb // half)
+    publish[s, first:st[_SLOT]] = st[_SLOT] - 1
+
+
+@njit(cache=True)
+def _dualpipe(order, publish, p, m):
+    """The eight steps of ``DualPipe.step`` (PyPI ``dualpipe`` 1.0.0) for every rank.
+
+    Phase 0 is the direction fed at the rank's nearer end (``phase ^ is_in_second_half``); ``a`` and
+    ``b`` below are the directions of phases 0 and 1. An F&B call is the forward of one phase with the
+    whole backward of the other.
+    """
+    nh, half = p // 2, m // 2
+    for s in range(p):
+        hr = min(s, p - 1 - s)
+        a = 1 if s >= nh else 0
+        b = 1 - a
+        st = np.zeros(7, dtype=np.int64)
+        q = np.zeros(m, dtype=np.int64)
+        for _ in range((nh - hr - 1) * 2):                      # 1: nF0
+            _dp_call(order, publish, s, st, q, a, -1, False, 0, half)
+        for _ in range(hr + 1):                                 # 2: nF0F1
+            _dp_call(order, publish, s, st, q, a, -1, False, 0, half)
+            _dp_call(order, publish, s, st, q, b, -1, False, 0, half)
+        for _ in range(nh - hr - 1):                            # 3: nB1W1F1
+            _dp_call(order, publish, s, st, q, -1, b, True, 0, half)
+            _dp_call(order, publish, s, st, q, -1, -1, False, 1, half)
+            _dp_call(order, publish, s, st, q, b, -1, False, 0, half)
+        for _ in range(half - p + hr + 1):                      # 4: nF0B1F1B0
+            _dp_call(order, publish, s, st, q, a, b, False, 0, half)
+            _dp_call(order, publish, s, st, q, b, a, False, 0, half)
+        for _ in range(nh - hr - 1):                            # 5: nB1F1B0
+            _dp_call(order, publish, s, st, q, -1, b, False, 0, half)
+            _dp_call(order, publish, s, st, q, b, a, False, 0, half)
+        zb = False
+        for i in range(hr + 1):                                 # 6: nB1B0, second half zero-bubble
+            if i == (hr + 1) // 2 and hr % 2 == 1:
+                zb = True
+            _dp_call(order, publish, s, st, q, -1, b, zb, 0, half)
+            if i == (hr + 1) // 2 and hr % 2 == 0:
+                zb = True
+            _dp_call(order, publish, s, st, q, -1, a, zb, 0, half)
+        for _ in range(nh - hr - 1):                            # 7: nWB0
+            _dp_call(order, publish, s, st, q, -1, -1, False, 1, half)
+            _dp_call(order, publish, s, st, q, -1, a, True, 0, half)
+        for _ in range(hr + 1):                                 # 8: nW
+            _dp_call(order, publish, s, st, q, -1, -1, False, 1, half)
 
 
 @njit(cache=True)
 def _orders(kind, p, v, m):
-    """Execution order per stage: int64[p, n, 3] of (pass kind, micro-batch, chunk); n = 2mv (3m for ZB-H1)."""
-    n = 3 * m if kind == ZB_H1 else 2 * m * v
+    """Execution order per stage, int64[p, n, 3] of (pass kind, micro-batch, chunk), and int64[p, n] the
+    pass at whose end each pass's output is sent (itself, but for DualPipe's calls of several passes)."""
+    n = 3 * m if kind == ZB_H1 or kind == DUALPIPE else 2 * m * v
     order = np.zeros((p, n, 3), dtype=np.int64)
+    publish = np.zeros((p, n), dtype=np.int64)
     for s in range(p):
-        i = 0
-        if kind == ZB_H1:
-            warm = min(p - s - 1, m)
-            f = 0
-            for _ in range(warm):
-                order[s, i, 0] = FWD
-                order[s, i, 1] = f
-                i += 1
-                f += 1
-            for b in range(m):
-                if f < m:
-                    order[s, i, 0] = FWD
-                    order[s, i, 1] = f
-                    i += 1
-                    f += 1
-                order[s, i, 0] = BWD
-                order[s, i, 1] = b
-                i += 1
-                order[s, i, 0] = WGRAD
-                order[s, i, 1] = b
-                i += 1
-        elif kind == GPIPE:
-            for mb in range(m):
-                order[s, i, 0] = 0
-                order[s, i, 1] = mb
-                order[s, i, 2] = 0
-                i += 1
-            for mb in range(m):
-                order[s, i, 0] = 1
-                order[s, i, 1] = mb
-                order[s, i, 2] = 0
-                i += 1
-        elif kind == ONE_F_ONE_B:
-            warm = min(p - s - 1, m)
-            f = 0
-            b = 0
-            for _ in range(warm):
-                order[s, i, 0] = 0
-                order[s, i, 1] = f
-                i += 1
-                f += 1
-            for _ in range(m - warm):
-                order[s, i, 0] = 0
-                order[s, i, 1] = f
-                i += 1
-                f += 1
-                order[s, i, 0] = 1
-                order[s, i, 1] = b
-                i += 1
-                b += 1
-            while b < m:
-                order[s, i, 0] = 1
-                order[s, i, 1] = b
-                i += 1
-                b += 1
-        else:
-            total = m * v
-            warm = min((p - s - 1) * 2 + (v - 1) * p, total)
-            kf = 0
-            kb = 0
-            for _ in range(warm):
-                order[s, i, 0] = 0
-                order[s, i, 1] = (kf // (p * v)) * p + kf % p
-                order[s, i, 2] = (kf // p) % v
-                i += 1
-                kf += 1
-            for _ in range(total - warm):
-                order[s, i, 0] = 0
-                order[s, i, 1] = (kf // (p * v)) * p + kf % p
-                order[s, i, 2] = (kf // p) % v
-                i += 1
-                kf += 1
-                order[s, i, 0] = 1
-                order[s, i, 1] = (kb // (p * v)) * p + kb % p
-                order[s, i, 2] = v - 1 - (kb // p) % v
-                i += 1
-                kb += 1
-            while kb < total:
-                order[s, i, 0] = 1
-                order[s, i, 1] = (kb // (p * v)) * p + kb % p
-                order[s, i, 2] = v - 1 - (kb // p) % v
-                i += 1
-                kb += 1
-    return order
+        publish[s] = np.arange(n)
+    if kind == GPIPE:
+        _gpipe(order, p, m)
+    elif kind == ONE_F_ONE_B:
+        _one_f_one_b(order, p, m)
+    elif kind == ZB_H1:
+        _zb_h1(order, p, m)
+    elif kind == DUALPIPE:
+        _dualpipe(order, publish, p, m)
+    else:
+        _interleaved(order, p, v, m)
+    return order, publish
 
 
 @njit(cache=True)
-def _run(order, fwd_s, bwd_s, w_s, p2p_s, m):
-    """List-schedule every stage's passes; returns start/end per pass and how many ran."""
+def _inputs(order, publish, up, down, m):
+    """Where each pass's input comes from: int64[p, n] source stage (-1: none, or the stage itself) and
+    int64[p, n] the source pass at whose end the input is sent.
+
+    A forward takes the output of the forward of the virtual stage ``up`` of it, a backward that of the
+    backward of the one ``down`` of it. Dependencies on the stage's own earlier passes (the last virtual
+    stage's backward on its forward, a W on its B) hold by the order itself.
+    """
     p, n, _ = order.shape
-    v = fwd_s.shape[1]
-    f_end = np.full((p, v, m), np.nan)
-    b_end = np.full((p, v, m), np.nan)
+    v = up.shape[1]
+    f_pub = np.zeros((p, v, m), dtype=np.int64)  # pass whose end sends each forward's output
+    b_pub = np.zeros((p, v, m), dtype=np.int64)
+    for s in range(p):
+        for i in range(n):
+            if order[s, i, 0] == FWD:
+                f_pub[s, order[s, i, 2], order[s, i, 1]] = publish[s, i]
+            elif order[s, i, 0] == BWD:
+                b_pub[s, order[s, i, 2], order[s, i, 1]] = publish[s, i]
+    src = np.full((p, n), -1, dtype=np.int64)
+    src_pass = np.zeros((p, n), dtype=np.int64)
+    for s in range(p):
+        for i in range(n):
+            kind, mb, c = order[s, i, 0], order[s, i, 1], order[s, i, 2]
+            if kind == FWD and up[s, c, 0] >= 0:
+                src[s, i] = up[s, c, 0]
+                src_pass[s, i] = f_pub[up[s, c, 0], up[s, c, 1], mb]
+            elif kind == BWD and down[s, c, 0] >= 0:
+                src[s, i] = down[s, c, 0]
+                src_pass[s, i] = b_pub[down[s, c, 0], down[s, c, 1], mb]
+    return src, src_pass
+
+
+@njit(cache=True)
+def _run(order, src, src_pass, fwd_s, bwd_s, w_s, p2p_s):
+    """List-schedule every stage's passes; returns start/end per pass (seconds) and how many ran.
+
+    A pass starts when its stage is free and its input (:func:`_inputs`) has arrived: ``p2p_s`` after
+    the source pass ends when it ran on another stage.
+    """
+    p, n, _ = order.shape
     start = np.zeros((p, n))
     end = np.zeros((p, n))
-    nxt = np.zeros(p, dtype=np.int64)
+    nxt = np.zeros(p, dtype=np.int64)  # passes each stage has run
     free = np.zeros(p)
     done = 0
     while done < p * n:
@@ -171,50 +375,105 @@ def _run(order, fwd_s, bwd_s, w_s, p2p_s, m):
         for s in range(p):
             while nxt[s] < n:
                 i = nxt[s]
-                is_b, mb, c = order[s, i, 0], order[s, i, 1], order[s, i, 2]
                 ready = 0.0
-                if is_b == WGRAD:
-                    dep = b_end[s, c, mb]
-                    ready = dep
-                    dur = w_s[s, c]
-                elif is_b == FWD:
-                    if s > 0:
-                        dep = f_end[s - 1, c, mb]
-                        ready = dep + p2p_s
-                    elif c > 0:
-                        dep = f_end[p - 1, c - 1, mb]
-                        ready = dep + p2p_s
-                    else:
-                        dep = 0.0
-                    dur = fwd_s[s, c]
-                else:
-                    if s < p - 1:
-                        dep = b_end[s + 1, c, mb]
-                        ready = dep + p2p_s
-                    elif c < v - 1:
-                        dep = b_end[0, c + 1, mb]
-                        ready = dep + p2p_s
-                    else:
-                        dep = f_end[s, c, mb]
-                        ready = dep
-                    dur = bwd_s[s, c]
-                if np.isnan(dep):
-                    break
+                q = src[s, i]
+                if q >= 0:
+                    j = src_pass[s, i]
+                    if nxt[q] <= j:
+                        break
+                    ready = end[q, j] + (p2p_s if q != s else 0.0)
+                kind, c = order[s, i, 0], order[s, i, 2]
+                dur = fwd_s[s, c] if kind == FWD else (bwd_s[s, c] if kind == BWD else w_s[s, c])
                 t0 = max(free[s], ready)
-                t1 = t0 + dur
+                free[s] = t0 + dur
                 start[s, i] = t0
-                end[s, i] = t1
-                free[s] = t1
-                if is_b == FWD:
-                    f_end[s, c, mb] = t1
-                elif is_b == BWD:
-                    b_end[s, c, mb] = t1
+                end[s, i] = free[s]
                 nxt[s] += 1
                 done += 1
                 progressed = True
         if not progressed:
             break  # a cycle: cannot happen for the orders built above; caught by the caller
     return start, end, done
+
+
+@njit(cache=True)
+def _send_targets(order, up, down):
+    """int64[p, n]: stage each pass sends its output to (forward: downstream, backward: upstream), -1 when
+    it stays on the GPU or ends the path."""
+    p, n, _ = order.shape
+    dst = np.full((p, n), -1, dtype=np.int64)
+    for s in range(p):
+        for i in range(n):
+            kind, c = order[s, i, 0], order[s, i, 2]
+            to = down[s, c, 0] if kind == FWD else (up[s, c, 0] if kind == BWD else -1)
+            if to != s:
+                dst[s, i] = to
+    return dst
+
+
+def check_layout(schedule: str, p: int, v: int, m: int) -> None:
+    """Raise ConfigError when ``schedule`` cannot run ``m`` micro-batches on ``p`` stages of ``v`` chunks.
+
+    DualPipe needs an even ``p``, two chunks and an even ``m >= 2p`` (``DualPipe.step`` asserts
+    ``num_ranks % 2 == 0`` and ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``).
+    """
+    if schedule not in SCHEDULE_IDS:
+        raise ConfigError("pipeline_schedule", f"must be one of {', '.join(SCHEDULE_IDS)}", schedule)
+    if schedule == "dualpipe":
+        if p % 2 or v != 2:
+            raise ConfigError("pipeline_schedule", "dualpipe runs two chunks on an even number of stages",
+                              f"pp={p}, chunks={v}")
+        if m % 2 or m < 2 * p:
+            raise ConfigError("global_batch_size", "dualpipe needs an even number of micro-batches, at least "
+                              "2 * pipeline_model_parallel_size", f"{m} micro-batches, pp={p}")
+    elif schedule != "interleaved" and v != 1:
+        raise ConfigError("pipeline_schedule", f"{schedule} runs one model chunk per stage", f"vpp={v}")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a schedule fixes before any pass time is known (arrays read-only, shared between calls)."""
+
+    order: np.ndarray       # int64[p, n, 3], see PipelineTimeline
+    publish: np.ndarray     # int64[p, n], see _orders
+    src: np.ndarray         # int64[p, n], see _inputs
+    src_pass: np.ndarray    # int64[p, n]
+    send_to: np.ndarray     # int64[p, n], see PipelineTimeline
+    last_bwd: np.ndarray    # int64[p, v]: index of the last backward pass of each chunk
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(schedule: str, p: int, v: int, m: int) -> _Plan:
+    """The execution orders and input sources of ``schedule`` (checked with :func:`check_layout`)."""
+    check_layout(schedule, p, v, m)
+    kind = SCHEDULE_IDS[schedule]
+    up, down = path_links(kind, p, v)
+    order, publish = _orders(kind, p, v, m)
+    src, src_pass = _inputs(order, publish, up, down, m)
+    n = order.shape[1]
+    is_bwd = order[:, :, 0] != FWD
+    last_bwd = np.array([[n - 1 - np.argmax((is_bwd[s] & (order[s, :, 2] == c))[::-1]) for c in range(v)]
+                         for s in range(p)], dtype=np.int64).reshape(p, v)
+    plan = _Plan(order, publish, src, src_pass, _send_targets(order, up, down), last_bwd)
+    for arr in (plan.order, plan.publish, plan.src, plan.src_pass, plan.send_to, plan.last_bwd):
+        arr.flags.writeable = False
+    return plan
+
+
+@functools.lru_cache(maxsize=256)
+def held_microbatches(schedule: str, p: int, v: int, m: int) -> tuple:
+    """Peak activations each stage holds, in micro-batches through all of the stage's chunks.
+
+    Counts, along the stage's execution order, the chunk activations stored by a forward and not yet
+    released by the micro-batch's last backward pass through that chunk (W where the backward is split),
+    divided by ``v``: ``m`` for GPipe, ``min(p - s, m)`` for 1F1B, ``p + (p - 1) / v`` on interleaved
+    1F1B's first stage (Korthikanti et al. 2022 sec. 4.2.3), ``p`` on every ZB-H1 stage (``m >= p``) and
+    ``(p + 1) / 2`` (``p + 1`` chunks, DeepSeek-V3 Table 2) on every DualPipe rank.
+    """
+    kinds = _plan(schedule, p, v, m).order[:, :, 0]
+    release = WGRAD if schedule in SPLIT_BACKWARD else BWD
+    held = np.cumsum((kinds == FWD).astype(np.int64) - (kinds == release), axis=1)
+    return tuple(float(x) / v for x in held.max(axis=1))
 
 
 def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, bwd_s: np.ndarray,
@@ -224,42 +483,31 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
     Parameters
     ----------
     schedule : str
-        ``gpipe``, ``1f1b``, ``interleaved`` or ``zb-h1``.
+        ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1`` or ``dualpipe``.
     num_microbatches : int
-        Micro-batches per step, >= 1.
+        Micro-batches per step, >= 1 (DualPipe: even and >= 2p).
     fwd_s, bwd_s : float64[p, v]
         Forward and backward (including recompute) time of one micro-batch through model chunk ``c`` of
-        stage ``s``, seconds.
+        stage ``s``, seconds. DualPipe takes ``v = 2``: chunk 0 of the pipeline fed at stage 0, chunk 1 of
+        the one fed at stage ``p - 1``.
     p2p_s : float
         Time to move one activation (or gradient) between neighbouring stages, seconds.
     wgrad_s : float64[p, v], optional
-        For ``zb-h1``: the weight-gradient part of ``bwd_s``, run as its own deferred pass (the B pass then
-        lasts ``bwd_s - wgrad_s``). Ignored by the other schedules.
+        For ``zb-h1`` and ``dualpipe``: the weight-gradient part of ``bwd_s``, run as its own W pass (the
+        B pass then lasts ``bwd_s - wgrad_s``). Ignored by the other schedules.
     """
-    if schedule not in SCHEDULE_IDS:
-        raise ConfigError("pipeline_schedule", f"must be one of {', '.join(SCHEDULE_IDS)}", schedule)
     fwd_s = np.ascontiguousarray(fwd_s, dtype=np.float64)
     bwd_s = np.ascontiguousarray(bwd_s, dtype=np.float64)
     p, v = fwd_s.shape
-    if schedule != "interleaved" and v != 1:
-        raise ConfigError("pipeline_schedule", f"{schedule} runs one model chunk per stage", f"vpp={v}")
-    if schedule == "zb-h1" and v != 1:
-        raise ConfigError("pipeline_schedule", "zb-h1 runs one model chunk per stage", f"vpp={v}")
+    plan = _plan(schedule, p, v, int(num_microbatches))
     w_s = np.zeros_like(fwd_s)
-    if schedule == "zb-h1" and wgrad_s is not None:
+    if schedule in SPLIT_BACKWARD and wgrad_s is not None:
         w_s = np.ascontiguousarray(wgrad_s, dtype=np.float64)
         bwd_s = bwd_s - w_s
-    order = _orders(SCHEDULE_IDS[schedule], p, v, num_microbatches)
-    start, end, done = _run(order, fwd_s, bwd_s, w_s, float(p2p_s), num_microbatches)
-    assert done == order.shape[0] * order.shape[1], "pipeline schedule deadlocked"
-    busy = (end - start).sum(axis=1)
-    lbs = np.zeros((p, v))
-    lbe = np.zeros((p, v))
-    for s in range(p):
-        for c in range(v):
-            sel = (order[s, :, 0] != FWD) & (order[s, :, 2] == c)
-            last = np.nonzero(sel)[0][-1]
-            lbs[s, c] = start[s, last]
-            lbe[s, c] = end[s, last]
-    return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=busy, last_bwd_start_s=lbs, last_bwd_end_s=lbe,
-                            start_s=start, end_op_s=end, order=order)
+    start, end, done = _run(plan.order, plan.src, plan.src_pass, fwd_s, bwd_s, w_s, float(p2p_s))
+    assert done == end.size, "pipeline schedule deadlocked"
+    rows = np.arange(p)[:, None]
+    return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=(end - start).sum(axis=1),
+                            last_bwd_start_s=start[rows, plan.last_bwd], last_bwd_end_s=end[rows, plan.last_bwd],
+                            start_s=start, end_op_s=end, order=plan.order, send_to=plan.send_to,
+                            send_s=np.take_along_axis(end, plan.publish, axis=1))

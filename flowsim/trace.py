@@ -1,8 +1,9 @@
 """Chrome / Perfetto trace export of a simulated step (Trace Event Format, JSON object form).
 
-One process per pipeline stage; thread 1 is the compute stream (every forward/backward pass of every
-micro-batch and model chunk, and the optimizer step), thread 2 the data-parallel communication left
-after the last backward, thread 3 the pipeline sends. Passes of the first micro-batch are expanded
+One process per pipeline stage; thread 1 is the compute stream (every forward, backward and, for the
+split-backward schedules, weight-gradient pass of every micro-batch and model chunk, and the optimizer
+step), thread 2 the data-parallel communication left after the last backward, thread 3 the pipeline
+sends (to the stage the schedule routes each output to). Passes of the first micro-batch are expanded
 into their layers' ops (GEMM shapes, attention shapes, bytes of memory-bound kernels) and collectives
 (size, ranks, NCCL algorithm/protocol). Timestamps are microseconds, as the format requires.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 import json
 
 from flowsim.result import Result
+from flowsim.schedule import BWD, FWD, WGRAD
 
+PASS_NAMES = {FWD: "fwd", BWD: "bwd", WGRAD: "wgrad"}
 COMPUTE_TID, DP_TID, PP_TID = 1, 2, 3
 _US = 1e6
 
@@ -65,20 +68,22 @@ def chrome_trace(result: Result) -> dict:
         for tid, name in ((COMPUTE_TID, "compute"), (DP_TID, "dp comm"), (PP_TID, "pp send")):
             events.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": name}})
         for i in range(n_ops):
-            is_b, mb, chunk = (int(x) for x in pl.order[s, i])
+            kind_id, mb, chunk = (int(x) for x in pl.order[s, i])
             t0, t1 = pl.start_s[s, i], pl.end_op_s[s, i]
-            kind = "bwd" if is_b else "fwd"
+            kind = PASS_NAMES[kind_id]
             events.append({"ph": "X", "name": f"{kind} mb{mb} c{chunk}", "cat": kind, "pid": s, "tid": COMPUTE_TID,
                            "ts": t0 * _US, "dur": (t1 - t0) * _US, "args": {"microbatch": mb, "chunk": chunk}})
-            if mb == 0:  # expand the first micro-batch into its first layer's ops
+            if mb == 0 and kind in first_layer:  # expand the first micro-batch into its first layer's ops
                 t = t0
                 for name, dt, args in first_layer[kind]:
                     events.append({"ph": "X", "name": name, "cat": args.get("kind", "comm"), "pid": s,
                                    "tid": COMPUTE_TID, "ts": t * _US, "dur": dt * _US, "args": args})
                     t += dt
-            if tl.p2p_s > 0 and ((not is_b and s < p - 1) or (is_b and s > 0)):
-                events.append({"ph": "X", "name": "send " + ("activation" if not is_b else "gradient"),
-                               "cat": "pp", "pid": s, "tid": PP_TID, "ts": t1 * _US, "dur": tl.p2p_s * _US})
+            dst = int(pl.send_to[s, i])
+            if tl.p2p_s > 0 and dst >= 0:
+                events.append({"ph": "X", "name": "send " + ("activation" if kind_id == FWD else "gradient"),
+                               "cat": "pp", "pid": s, "tid": PP_TID, "ts": pl.send_s[s, i] * _US,
+                               "dur": tl.p2p_s * _US, "args": {"to_stage": dst, "microbatch": mb}})
         end = pl.end_s[s]
         if tl.dp_exposed_s[s] > 0:
             events.append({"ph": "X", "name": "dp reduction (exposed)", "cat": "dp", "pid": s, "tid": DP_TID,

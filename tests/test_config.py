@@ -103,6 +103,6 @@ def test_moe_and_schedule_rules():
     assert str(e.value).startswith("pipeline_schedule: 1f1b runs one model chunk per stage")
     with pytest.raises(ConfigError) as e:
         build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, schedule="dualpipe")
-    assert str(e.value).startswith("pipeline_schedule: must be one of auto, gpipe, 1f1b, interleaved, zb-h1")
+    assert str(e.value) == "pipeline_schedule: dualpipe needs an even pipeline_model_parallel_size >= 2 (got pp=1)"
     cfg = build_config(**moe, gpus=16, tp=2, ep=8, sp=True, gbs=8)
     assert (cfg.training.ep, cfg.training.dp) == (8, 8) and cfg.model.num_moe_experts == 8

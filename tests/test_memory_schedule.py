@@ -47,6 +47,8 @@ def test_in_flight_microbatches():
     assert [in_flight_microbatches(cfg, s) for s in (0, 7)] == [8, 1]
     inter = build_config(model="gpt3-175b", cluster="dgx-h100", gpus=64, tp=8, pp=8, vpp=2, gbs=64)
     assert in_flight_microbatches(inter, 0) == pytest.approx(8 * (1 + 7 / 16))
+    # the last stage runs (v - 1) * p warm-up chunks (Megatron-LM), so holds ((v - 1) p + 1) / v micro-batches
+    assert in_flight_microbatches(inter, 7) == pytest.approx((8 + 1) / 2)
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (8, 32), (4, 4)])
@@ -80,13 +82,13 @@ def test_gpipe_and_p2p_delay():
     assert one.end_s.max() - one0.end_s.max() > 2 * (p - 1) * d
 
 
-def test_zb_h1_split_backward_bubble():
-    # B alone is on the inter-stage critical path: bubble (p-1)(F+B) instead of 1F1B's (p-1)(F+B+W)
+def test_zb_h1_bubble_is_a_third_of_1f1b():
+    # Qi et al. 2024 sec. 3.1: ZB-H1's bubble (p-1)(F+B-W) is a third of 1F1B's (p-1)(F+B+W) when F=B=W
     p, m, f, b, w = 4, 8, 1.0, 1.0, 1.0
     tl = simulate_pipeline("zb-h1", m, np.full((p, 1), f), np.full((p, 1), b + w), 0.0,
                            wgrad_s=np.full((p, 1), w))
     ideal = m * (f + b + w)
-    assert tl.end_s.max() == pytest.approx(ideal + (p - 1) * (f + b))
+    assert tl.end_s.max() == pytest.approx(ideal + (p - 1) * (f + b - w))
     assert np.allclose(tl.busy_s, ideal)
     assert tl.order.shape == (p, 3 * m, 3)
 

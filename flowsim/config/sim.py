@@ -7,6 +7,7 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.config.model import ModelConfig
 from flowsim.config.training import TrainingConfig
 from flowsim.errors import ConfigError
+from flowsim.schedule import check_layout, chunks_per_stage
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class SimConfig:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",
                               f"{self.num_microbatches} micro-batches, pp={t.pp}")
+        check_layout(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), self.num_microbatches)
         if t.recompute_num_layers > -(-m.num_layers // (t.pp * t.vpp)):
             raise ConfigError("recompute_num_layers", "must not exceed the layers per pipeline chunk",
                               f"{t.recompute_num_layers} > {-(-m.num_layers // (t.pp * t.vpp))}")
