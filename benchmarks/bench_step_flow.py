@@ -1,7 +1,8 @@
 """Speed of a whole step with the flow engine (``comm_engine: flow``), numba cache warm.
 
 Run: ``python benchmarks/bench_step_flow.py``. Each case is simulated once to build its topology and
-compile, then timed on a fresh process-level cache miss of the collectives (the topology cache is kept).
+compile, then timed on a fresh process-level cache miss of the collectives, cross-kind simulations included
+(the topology cache is kept).
 Figures and the machine go into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
         r = flowsim.simulate(cfg)
         first = time.perf_counter() - t0
         step_flows._flow.cache_clear()
+        step_flows._together_s.cache_clear()
         t0 = time.perf_counter()
         flowsim.simulate(cfg)
         again = time.perf_counter() - t0

@@ -20,6 +20,11 @@ Two things are added to the topology's links, both from the analytic model's cal
   achieved fraction of a NIC, here a property of the link, so that groups sharing a NIC split what it
   really delivers.
 
+:func:`run_concurrent` runs collectives of several kinds (each a list of groups, e.g. a stage's DP reduction
+and the pipeline sends beside it) in one simulation, so that they share links too; each reports its own time.
+Collectives with no chain of shared links to the ones of interest are left out (max-min rates only couple
+flows of one connected component), and a collective can be ordered after another (one stream).
+
 Latency: link latencies of the path are not added; NCCL's per-step ``hwLat`` (spread over the plan's critical
 path) already covers the network hop. Ring and tree transfers leaving a node go through the NIC on their
 ring's rail (PXN, as NCCL's rings enter and leave a node on one rail), except on an xGMI mesh, where a ring
@@ -32,11 +37,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from flowsim.comm_layout import group_layout
+from flowsim.comm_layout import group_layout, job_domain_size
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
-from flowsim.nccl_models import P2P_OPS, CommLayout, busbw_factor, parse_override, predict
+from flowsim.nccl_models import P2P_OPS, CollectiveEstimate, CommLayout, busbw_factor, parse_override, predict
 from flowsim.nccl_models.constants import ALGO_NAMES, Algo
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency
 from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
@@ -47,7 +52,8 @@ from flowsim.routing import route
 from flowsim.topology import _TIER_NAMES, LinkKind, Topology, build_topology
 from flowsim.validation.nccl_tests import NcclComparison, summarize
 
-__all__ = ["FlowCollectiveResult", "run_collective", "strided_groups", "cached_topology", "flow_comparison"]
+__all__ = ["FlowCollectiveResult", "run_collective", "run_concurrent", "strided_groups", "cached_topology",
+           "flow_comparison"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,9 @@ def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray) -> CommLay
     if n > 1 and np.any(np.diff(g, axis=1) != stride):
         raise ConfigError("group_ranks", "groups must be evenly spaced global ranks (first + k * stride), "
                                          "all with the same stride", groups[0].tolist()[:16])
-    layouts = {group_layout(cluster, gpu, n, stride, first_rank=int(f)) for f in g[:, 0]}
+    # a group's layout depends only on where it starts within its scale-up domain (domains hold whole nodes)
+    layouts = {group_layout(cluster, gpu, n, stride, first_rank=int(f))
+               for f in np.unique(g[:, 0] % job_domain_size(cluster))}
     if len(layouts) != 1:
         raise ConfigError("concurrent_groups", "groups must have the same layout (nodes, NICs)", len(layouts))
     return layouts.pop()
@@ -235,6 +243,138 @@ def _utilization(topo: Topology, link_bytes: np.ndarray, capacity: np.ndarray, t
     return tuple(out)
 
 
+def _capacity(topo: Topology) -> np.ndarray:
+    """Capacities of the topology's links as the flows see them, bytes/s (scale-out x ``NET_BW_EFFICIENCY``)."""
+    capacity = topo.capacity_Bps.copy()
+    capacity[topo.link_kind >= LinkKind.NIC_LEAF] *= NET_BW_EFFICIENCY
+    return capacity
+
+
+@dataclass(frozen=True, eq=False)
+class _Prepared:
+    """One collective ready to simulate: its plan for every group, routed (kernel links numbered from
+    ``topo.n_links``, one per (group, rank))."""
+
+    est: CollectiveEstimate
+    plan: Plan
+    groups: np.ndarray
+    ptr: np.ndarray
+    links: np.ndarray
+    kernel_Bps: np.ndarray
+
+    @property
+    def n_transfers(self) -> int:
+        """Transfers of all groups."""
+        return self.plan.n_transfers * self.groups.shape[0]
+
+    def dep_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """Dependencies of the plan, tiled over the groups (local transfer ids)."""
+        G, m, nd = self.groups.shape[0], self.plan.n_transfers, self.plan.dep_idx.size
+        ptr = np.concatenate([(self.plan.dep_ptr[:-1][None, :] + nd * np.arange(G)[:, None]).ravel(), [nd * G]])
+        return ptr, (self.plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
+
+
+def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray,
+             algo, proto, pxn: bool, max_transfers: int):
+    """Plan and route one collective on every group; a :class:`FlowCollectiveResult` for single-rank groups."""
+    layout = _layout(cluster, gpu, groups)
+    est = predict(op, size_bytes, layout, algo=_algo_override(op, algo, layout), proto=proto)
+    if layout.n_ranks == 1:
+        return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
+                                    (0.0,) * groups.shape[0], 0, ())
+    plan = build_plan(op, est.size_bytes, layout, est.algo, est.proto, max_transfers=max_transfers)
+    ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
+    ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
+    return _Prepared(est, plan, groups, ptr, links, np.tile(_kernel_Bps(plan, layout, est.algbw_Bps), groups.shape[0]))
+
+
+def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
+    """bool[n]: the collectives that can change the rates of the ``focus`` ones, i.e. those linked to them by
+    a chain of shared topology links or ``after`` orderings (the others cannot: max-min rates depend only on
+    the flows of a connected component)."""
+    n = len(preps)
+    own = [np.unique(p.links[p.links < topo.n_links]) for p in preps]
+    keep = np.isin(np.arange(n), list(focus))
+    while True:
+        used = np.zeros(topo.n_links, dtype=bool)
+        for i in np.flatnonzero(keep):
+            used[own[i]] = True
+        new = keep.copy()
+        for i in range(n):
+            new[i] |= bool(used[own[i]].any()) or (after[i] is not None and keep[after[i]])
+            if after[i] is not None and keep[i]:
+                new[after[i]] = True
+        if (new == keep).all():
+            return keep
+        keep = new
+
+
+def _root_dep(dep_ptr: np.ndarray, dep_idx: np.ndarray, barrier: int) -> tuple[np.ndarray, np.ndarray]:
+    """The dependency CSR with ``barrier`` added to every transfer that had no dependency."""
+    cnt = np.diff(dep_ptr)
+    root = cnt == 0
+    ptr = np.zeros(cnt.size + 1, dtype=np.int64)
+    np.cumsum(cnt + root, out=ptr[1:])
+    idx = np.empty(ptr[-1], dtype=np.int64)
+    owner = np.repeat(np.arange(cnt.size), cnt)
+    idx[ptr[owner] + np.arange(dep_idx.size) - dep_ptr[owner]] = dep_idx
+    idx[ptr[:-1][root]] = barrier
+    return ptr, idx
+
+
+def _reindex(after: list, subset: list) -> list:
+    """``after`` restricted to the collectives ``subset`` (orderings on one outside it dropped), renumbered."""
+    return [subset.index(after[i]) if after[i] in subset else None for i in subset]
+
+
+def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
+    """Run prepared collectives in one flow simulation; a collective with ``after[i] = j`` starts when every
+    group of ``j`` has finished (a zero-byte barrier transfer after all of ``j``'s). Returns the netsim
+    result, the offsets of each collective's transfers (``n + 1``) and its start, seconds (the barrier's finish,
+    else 0)."""
+    base = np.cumsum([0] + [p.n_transfers for p in preps])
+    n = int(base[-1])
+    chained = [i for i, a in enumerate(after) if a is not None]
+    barrier = {i: n + k for k, i in enumerate(chained)}
+    kernel_base = np.cumsum([topo.n_links] + [p.kernel_Bps.size for p in preps])
+    ptrs, links, deps = [], [], []
+    for i, p in enumerate(preps):
+        links.append(np.where(p.links >= topo.n_links, p.links + (kernel_base[i] - topo.n_links), p.links))
+        ptrs.append(np.diff(p.ptr))
+        dp, di = p.dep_csr()
+        if i in barrier:
+            dp, di = _root_dep(dp, di, barrier[i] - base[i])
+        deps.append((np.diff(dp), di + base[i]))
+    for i in chained:  # barrier i waits for every transfer of after[i]
+        ptrs.append(np.zeros(1, dtype=np.int64))
+        deps.append((np.array([preps[after[i]].n_transfers]), np.arange(base[after[i]], base[after[i] + 1])))
+    route_ptr = np.concatenate([[0], np.cumsum(np.concatenate(ptrs))])
+    dep_ptr = np.concatenate([[0], np.cumsum(np.concatenate([c for c, _ in deps]))])
+    size = np.concatenate([np.tile(p.plan.payload_bytes * p.plan.wire_factor, p.groups.shape[0]) for p in preps]
+                          + [np.zeros(len(chained))])
+    latency = np.concatenate([np.tile(p.plan.latency_s, p.groups.shape[0]) for p in preps]
+                             + [[preps[after[i]].plan.base_latency_s for i in chained]])
+    res = simulate(np.concatenate([_capacity(topo)] + [p.kernel_Bps for p in preps]), route_ptr,
+                   np.concatenate(links), size, dep_ptr=dep_ptr, dep_idx=np.concatenate([d for _, d in deps]),
+                   latency_s=latency)
+    start = [float(res.finish_s[barrier[i]]) if i in barrier else 0.0 for i in range(len(preps))]
+    return res, base, start
+
+
+def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float) -> FlowCollectiveResult:
+    """A collective's result from the finish times of its own transfers (``start_s``: when it began)."""
+    G, m = p.groups.shape[0], p.plan.n_transfers
+    group_t = finish_s.reshape(G, m).max(axis=1) + p.plan.base_latency_s - start_s
+    t = float(group_t.max())
+    algbw = p.est.size_bytes / t
+    capacity = np.concatenate([_capacity(topo), p.kernel_Bps])
+    link_bytes = np.bincount(p.links, weights=np.repeat(np.tile(p.plan.payload_bytes * p.plan.wire_factor, G),
+                                                         np.diff(p.ptr)), minlength=capacity.size)
+    return FlowCollectiveResult(p.plan.op, p.est.algo, p.est.proto, p.est.size_bytes, p.plan.n_ranks, t, algbw,
+                                algbw * busbw_factor(p.plan.op, p.plan.n_ranks), tuple(float(x) for x in group_t),
+                                m * G, _utilization(topo, link_bytes, capacity, t))
+
+
 def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, group_ranks, *,
                    algo: str | None = None, proto: str | None = None, concurrent_groups=1, pxn: bool = True,
                    max_transfers: int = DEFAULT_MAX_TRANSFERS) -> FlowCollectiveResult:
@@ -275,30 +415,65 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
     """
     topo = cached_topology(cluster, gpu)
     groups = _groups_of(group_ranks, concurrent_groups, topo.num_gpus)
-    layout = _layout(cluster, gpu, groups)
-    est = predict(op, size_bytes, layout, algo=_algo_override(op, algo, layout), proto=proto)
-    if layout.n_ranks == 1:
-        return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
-                                    (0.0,) * groups.shape[0], 0, ())
-    plan = build_plan(op, est.size_bytes, layout, est.algo, est.proto, max_transfers=max_transfers)
-    G = groups.shape[0]
-    ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
-    ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
-    capacity = topo.capacity_Bps.copy()
-    capacity[topo.link_kind >= LinkKind.NIC_LEAF] *= NET_BW_EFFICIENCY
-    capacity = np.concatenate([capacity, np.tile(_kernel_Bps(plan, layout, est.algbw_Bps), G)])
-    m = plan.n_transfers
-    nd = plan.dep_idx.size
-    dep_ptr = np.concatenate([(plan.dep_ptr[:-1][None, :] + nd * np.arange(G)[:, None]).ravel(), [nd * G]])
-    dep_idx = (plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
-    res = simulate(capacity, ptr, links, np.tile(plan.payload_bytes * plan.wire_factor, G),
-                   dep_ptr=dep_ptr, dep_idx=dep_idx, latency_s=np.tile(plan.latency_s, G))
-    group_t = res.finish_s.reshape(G, m).max(axis=1) + plan.base_latency_s
-    t = float(group_t.max())
-    algbw = est.size_bytes / t
-    return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, layout.n_ranks, t, algbw,
-                                algbw * busbw_factor(op, layout.n_ranks), tuple(float(x) for x in group_t), m * G,
-                                _utilization(topo, res.link_bytes, res.capacity_Bps, t))
+    p = _prepare(topo, cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers)
+    if isinstance(p, FlowCollectiveResult):
+        return p
+    res, _, start = _simulate_together(topo, [p], [None])
+    return _result(topo, p, res.finish_s, start[0])
+
+
+def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=None, focus=None, pxn: bool = True,
+                   max_transfers: int = DEFAULT_MAX_TRANSFERS) -> tuple:
+    """Run collectives of several kinds (each on its own groups) in one flow simulation, so that they share
+    links max-min fairly; each reports its own time.
+
+    Parameters
+    ----------
+    cluster : ClusterConfig
+        The cluster.
+    gpu : GPUSpec
+        The GPU.
+    collectives : sequence of (op, size_bytes, groups)
+        ``op`` and ``size_bytes`` as in :func:`run_collective`; ``groups``: the global GPU ids of every group
+        that runs it (a list of evenly spaced lists, disjoint, all of one layout). Different collectives may
+        use the same GPUs. NCCL's own algorithm and protocol choice.
+    after : sequence of (int or None), optional
+        ``after[i] = j`` (``j < i``): collective ``i`` starts once every group of ``j`` has finished (one
+        stream issuing them in turn); ``None`` (default for all): it starts at time 0.
+    focus : sequence of int, optional
+        Indices whose times are wanted. Collectives that share no link with them, directly or through other
+        collectives (nor an ``after`` ordering), cannot change their rates and are left out (result ``None``).
+        Default: all.
+    pxn, max_transfers
+        As in :func:`run_collective`.
+
+    Returns
+    -------
+    tuple of (FlowCollectiveResult or None)
+        One per collective; ``time_s`` is from the collective's own start (time 0, or the end of its ``after``).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`run_collective`, or a bad ``after`` index.
+    """
+    topo = cached_topology(cluster, gpu)
+    n = len(collectives)
+    after = [None] * n if after is None else list(after)
+    if len(after) != n or any(a is not None and not 0 <= a < i for i, a in enumerate(after)):
+        raise ConfigError("after", "needs one entry per collective, None or the index of an earlier one", after)
+    preps = [_prepare(topo, cluster, gpu, op, size, _groups_of(groups[0], groups[1:], topo.num_gpus), None, None,
+                      pxn, max_transfers) for op, size, groups in collectives]
+    out = [p if isinstance(p, FlowCollectiveResult) else None for p in preps]  # single-rank groups: 0 s
+    live = [i for i, p in enumerate(preps) if isinstance(p, _Prepared)]
+    keep = _connected(topo, [preps[i] for i in live], _reindex(after, live),
+                      [live.index(i) for i in (range(n) if focus is None else focus) if i in live])
+    sim = [i for i, k in zip(live, keep) if k]
+    if sim:
+        res, base, start = _simulate_together(topo, [preps[i] for i in sim], _reindex(after, sim))
+        for k, i in enumerate(sim):
+            out[i] = _result(topo, preps[i], res.finish_s[base[k]:base[k + 1]], start[k])
+    return tuple(out)
 
 
 def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSpec, *, algo: str | None = None,

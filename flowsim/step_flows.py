@@ -6,40 +6,61 @@ groups of that kind in one pipeline stage in one simulation, as rank symmetry pr
 DP groups of every TP/CP rank reduce together, the EP groups of a stage exchange tokens together, every
 GPU of a stage sends to the next stage together. So several groups behind one NIC, a rail shared by
 several groups or an oversubscribed spine slow them as they would on the real fabric. Tensor-parallel
-groups stay inside a scale-up domain and keep the analytic price. Collectives of different kinds that
-overlap in time (a stage's DP reduction beside another stage's PP sends) are still priced separately.
+groups stay inside a scale-up domain and keep the analytic price.
+
+Different kinds that overlap in time share the network too (:func:`cross_kind_extra_s`): a stage's
+gradient reduction runs in one simulation with the pipeline sends and expert all-to-alls that the schedule
+puts in the same window, anywhere in the pipeline (:func:`window_traffic`), and each reports its own, longer
+time (:func:`flowsim.collective_flows.run_concurrent`).
 """
 from __future__ import annotations
 
 import functools
 
-from flowsim.collective_flows import run_collective
+import numpy as np
+
+from flowsim.collective_flows import run_collective, run_concurrent
 from flowsim.config import SimConfig
+from flowsim.schedule import BWD, FWD
 
 FLOW_GROUPS = ("dp", "edp", "ep", "cp", "pp")
 """Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain)."""
 
+CROSS_KIND_MAX_TRANSFERS = 256
+"""Transfers per group in the cross-kind simulations (``max_transfers`` of
+:func:`flowsim.nccl_models.plans.build_plan`; beyond it a plan merges steps, docs/NCCL.md). A cost cap only:
+both sides of each difference (together, alone) use it. Set by hand with benchmarks/bench_step_flow.py:
+on gpt3-175b (1,024 H100) the per-stage extras at 256 are within 0.04 ms (15 %) of those at 2,048, for a
+sixth of the time."""
 
-def stage_groups(cfg: SimConfig, group: str) -> list[list[int]]:
-    """Global GPU ids of every ``group`` of the first pipeline stage (pairs with the second for ``pp``).
+Traffic = tuple
+"""``(group, stage, op, size_bytes)``: every ``group`` of pipeline stage ``stage`` (for ``pp``: the pairs
+between ``stage`` and the next stage) running ``op`` of ``size_bytes`` (nccl-tests convention)."""
+
+
+def stage_groups(cfg: SimConfig, group: str, stage: int = 0) -> list[list[int]]:
+    """Global GPU ids of every ``group`` of pipeline stage ``stage`` (for ``pp``: pairs with the next stage,
+    the last stage's with the first).
 
     Ranks follow Megatron-LM's order (``tp`` fastest, then ``cp``, ``dp``, ``pp``; experts ``etp``, ``ep``,
     expert-``dp``); a stage holds ``tp * cp * dp`` consecutive ranks.
     """
     t = cfg.training
     tp, cp, dp, ep, etp = t.tp, t.cp, t.dp, t.ep, t.expert_tensor_parallel_size
-    stage = tp * cp * dp
+    size = tp * cp * dp
+    o = stage * size
     if group == "dp":
-        return [[i + k * tp for k in range(dp * cp)] for i in range(tp)]
+        return [[o + i + k * tp for k in range(dp * cp)] for i in range(tp)]
     if group == "cp":
-        return [[d * tp * cp + i + k * tp for k in range(cp)] for d in range(dp) for i in range(tp)]
+        return [[o + d * tp * cp + i + k * tp for k in range(cp)] for d in range(dp) for i in range(tp)]
     if group == "ep":
-        return [[b * ep * etp + i + k * etp for k in range(ep)] for b in range(stage // (ep * etp))
+        return [[o + b * ep * etp + i + k * etp for k in range(ep)] for b in range(size // (ep * etp))
                 for i in range(etp)]
     if group == "edp":
-        return [[i + k * ep * etp for k in range(stage // (ep * etp))] for i in range(ep * etp)]
+        return [[o + i + k * ep * etp for k in range(size // (ep * etp))] for i in range(ep * etp)]
     if group == "pp":
-        return [[i, i + stage] for i in range(stage)]
+        nxt = (stage + 1) % max(t.pp, 2) * size
+        return [[o + i, nxt + i] for i in range(size)]
     raise ValueError(f"group {group!r} is not priced on the flow engine")
 
 
@@ -52,3 +73,111 @@ def _flow(cfg: SimConfig, gpu, group: str, op: str, size_bytes: float):
 def flow_time_s(cfg: SimConfig, gpu, group: str, op: str, size_bytes: float) -> float:
     """Seconds of one ``op`` of ``size_bytes`` when every ``group`` of a stage runs it at once (the slowest)."""
     return _flow(cfg, gpu, group, op, float(size_bytes)).time_s
+
+
+@functools.lru_cache(maxsize=4096)
+def _together_s(cfg: SimConfig, gpu, items: tuple, n_chain: int, focus: tuple) -> tuple:
+    """Seconds of each ``focus`` item when all ``items`` run in one simulation, the first ``n_chain`` one
+    after another (one stream), the rest from time 0."""
+    after = [None] + list(range(n_chain - 1)) + [None] * (len(items) - n_chain)
+    res = run_concurrent(cfg.cluster, gpu, [(op, size, stage_groups(cfg, g, s)) for g, s, op, size in items],
+                         after=after, focus=focus, max_transfers=CROSS_KIND_MAX_TRANSFERS)
+    return tuple(res[i].time_s for i in focus)
+
+
+def _alone_s(cfg: SimConfig, gpu, item: Traffic) -> float:
+    """Seconds of one traffic item with nothing else on the network."""
+    return _together_s(cfg, gpu, (item,), 1, (0,))[0]
+
+
+def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) -> tuple:
+    """Pipeline sends and expert all-to-alls of the whole pipeline that run between ``t0_s`` and ``t1_s``.
+
+    Each stage's all-to-alls are the bytes of its passes (forward, backward with its recompute) that overlap
+    the window, pro rata of the overlap; each boundary's sends are the sends (one ``p2p_bytes`` transfer after
+    each pass that feeds the neighbouring stage, lasting the stage-0 send time) that overlap it, counted per
+    direction, the busier direction's count carried both ways (``sendrecv``).
+
+    Parameters
+    ----------
+    cfg : SimConfig
+        The job.
+    gpu : GPUSpec
+        Its GPU.
+    wl : flowsim.workload.Workload
+        Its workload (MoE layer comms, layers per chunk, ``p2p_bytes``).
+    timeline : flowsim.schedule.PipelineTimeline
+        The pipeline schedule, seconds.
+    t0_s, t1_s : float
+        The window, seconds from the step start.
+
+    Returns
+    -------
+    tuple of Traffic
+        ``("ep", stage, "alltoall", bytes)`` and ``("pp", boundary, "sendrecv", bytes)``, non-zero only.
+    """
+    t = cfg.training
+    p, v = t.pp, t.vpp
+    kind, chunk = timeline.order[:, :, 0], timeline.order[:, :, 2]
+    start, end = timeline.start_s, timeline.end_op_s
+    stage = np.arange(p)[:, None]
+    out = []
+    if t.ep > 1 and wl.moe_layer is not None:
+        per = {ph: sum(c.count * c.size_bytes for c in wl.moe_layer.comms if c.group == "ep" and c.phase == ph)
+               for ph in ("fwd", "bwd", "recompute")}
+        moe, rec = wl.chunk_moe_layers[stage, chunk], wl.chunk_recompute_moe_layers[stage, chunk]
+        pass_bytes = np.where(kind == FWD, moe * per["fwd"],
+                              np.where(kind == BWD, moe * per["bwd"] + rec * per["recompute"], 0.0))
+        frac = np.clip(np.minimum(end, t1_s) - np.maximum(start, t0_s), 0.0, None) / np.maximum(end - start, 1e-30)
+        out += [("ep", s, "alltoall", float(b)) for s, b in enumerate((frac * pass_bytes).sum(axis=1)) if b > 0]
+    if p > 1:
+        p2p_s = flow_time_s(cfg, gpu, "pp", "sendrecv", wl.p2p_bytes)
+        sending = (end < t1_s) & (end + p2p_s > t0_s)
+        up = sending & (kind == FWD) & ~((stage == p - 1) & (chunk == v - 1))
+        down = sending & (kind == BWD) & ~((stage == 0) & (chunk == 0))
+        n_up = np.bincount(np.broadcast_to(stage, kind.shape)[up], minlength=p)
+        n_down = np.bincount((np.broadcast_to(stage, kind.shape)[down] - 1) % p, minlength=p)
+        out += [("pp", b, "sendrecv", float(n * wl.p2p_bytes)) for b, n in enumerate(np.maximum(n_up, n_down))
+                if n > 0]
+    return tuple(out)
+
+
+def cross_kind_extra_s(cfg: SimConfig, gpu, wl, timeline, reduction: tuple, t0_s: float, t1_s: float):
+    """Extra seconds that sharing the network with the traffic of other kinds costs a stage's gradient
+    reduction and its own expert all-to-alls.
+
+    The reduction parts (``reduction``: one Traffic per group kind, the whole step's bytes of each, one stream
+    issuing them in turn) run in one simulation with :func:`window_traffic` of their window ``[t0_s, t1_s]``
+    (the reduction's span when it runs alone). Each part's extra is its time there less its time alone;
+    spread over its buckets it is the slow-down of each bucket (on a saturated link the fair share costs the
+    other kinds' bytes over the link's capacity, wherever in the window they fall). The all-to-alls of the
+    reducing stage in the window (the last backward passes, under ``overlap_grad_reduce``) likewise
+    take longer by their extra, which lengthens the stage's passes.
+
+    Parameters
+    ----------
+    cfg, gpu, wl, timeline
+        As in :func:`window_traffic`.
+    reduction : tuple of Traffic
+        ``(group, stage, op, bytes)`` of each part of one stage's gradient reduction, in issue order.
+    t0_s, t1_s : float
+        Its window, seconds from the step start.
+
+    Returns
+    -------
+    extra_s : float64[len(reduction)]
+        Per reduction part, seconds (>= 0: the difference is clamped, as adding flows can only lower a flow's
+        max-min share; sub-tolerance event-batching noise is not a slow-down).
+    ep_extra_s : float
+        The stage's own all-to-alls in the window, seconds (>= 0).
+    """
+    stage = reduction[0][1]
+    others = window_traffic(cfg, gpu, wl, timeline, t0_s, t1_s)
+    if not others:
+        return np.zeros(len(reduction)), 0.0
+    n = len(reduction)
+    focus = tuple(range(n)) + tuple(n + k for k, it in enumerate(others) if it[0] == "ep" and it[1] == stage)
+    items = tuple(reduction) + others
+    together = _together_s(cfg, gpu, items, n, focus)
+    extra = np.array([max(0.0, x - _alone_s(cfg, gpu, items[i])) for x, i in zip(together, focus)])
+    return extra[:n], float(extra[n:].sum())

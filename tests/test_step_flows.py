@@ -15,6 +15,9 @@ def test_stage_groups_follow_megatron_rank_order():
     assert stage_groups(cfg, "dp")[:2] == [[0, 2, 4, 6, 8, 10, 12, 14], [1, 3, 5, 7, 9, 11, 13, 15]]
     assert stage_groups(cfg, "cp")[0] == [0, 2] and len(stage_groups(cfg, "cp")) == 8
     assert stage_groups(cfg, "pp")[3] == [3, 19]
+    # another stage: the same groups shifted by its 16 GPUs; the last stage's pairs wrap to the first
+    assert stage_groups(cfg, "dp", 1)[0] == [16, 18, 20, 22, 24, 26, 28, 30]
+    assert stage_groups(cfg, "pp", 1)[3] == [19, 3]
 
 
 def test_two_dp_groups_behind_one_nic_take_twice_as_long():

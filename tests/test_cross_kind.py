@@ -1,0 +1,108 @@
+"""Traffic of different kinds that overlaps in time shares links (issue 6, item 1)."""
+import importlib
+
+import numpy as np
+import pytest
+
+import flowsim
+from flowsim.collective_flows import run_concurrent
+from flowsim.config import ClusterConfig, build_config
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import get_gpu
+from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
+from flowsim.step_flows import window_traffic
+from flowsim.workload import build_workload
+
+H100 = get_gpu("h100-sxm")
+S = 1e9  # bytes
+NIC_Bps = 400e9 / 8 * NET_BW_EFFICIENCY  # what one 400 Gb/s NIC delivers to the flows, bytes/s
+# two 8-GPU nodes; with one NIC per node every GPU leaves through it, with eight each GPU has its own rail
+ONE_NIC = ClusterConfig(gpu="h100-sxm", num_gpus=16, nics_per_node=1)
+EIGHT_NICS = ClusterConfig(gpu="h100-sxm", num_gpus=16)
+PP = ("sendrecv", S, [[0, 8], [1, 9], [2, 10], [3, 11]])       # S each way on 4 pairs: 4 flows per direction
+EP = ("alltoall", 4 * S, [[4, 12], [5, 13], [6, 14], [7, 15]])  # 2S each way on 4 other pairs: 4 flows
+
+
+def _times(cluster, *collectives):
+    return [r.time_s for r in run_concurrent(cluster, H100, list(collectives))]
+
+
+def test_pp_and_ep_on_one_nic_share_it_max_min_fairly():
+    # Alone, 4 flows share the NIC (C/4 each, below every flow's kernel-link cap): PP drains in 4S/C, EP in
+    # 8S/C. Together the 8 flows get C/8 each: PP's S drains at 8S/C; by then each EP flow has moved S, and
+    # its remaining S drains at C/4 (the survivor speeds up) by 12S/C. Latencies are the same alone and
+    # together, so each side is longer by exactly 4S/C: the other's bytes through the shared NIC.
+    pp_alone, = _times(ONE_NIC, PP)
+    ep_alone, = _times(ONE_NIC, EP)
+    pp, ep = _times(ONE_NIC, PP, EP)
+    assert pp - pp_alone == pytest.approx(4 * S / NIC_Bps, rel=1e-6)
+    assert ep - ep_alone == pytest.approx(4 * S / NIC_Bps, rel=1e-6)
+    assert pp == pytest.approx(2 * pp_alone, rel=0.01)  # 8S/C against 4S/C, plus 35 us of latency
+
+
+def test_dp_reduction_behind_a_saturated_nic_absorbs_the_pp_bytes():
+    # A 2-rank ring all-reduce of 2S across the two nodes fills the NIC alone (S each way); the PP send of S
+    # on another pair must cross the same saturated NIC: work conservation puts the reduction's end S / C
+    # later (to 0.1 %: the ring's per-step latencies leave the NIC idle for a few microseconds).
+    dp = ("allreduce", 2 * S, [[4, 12]])
+    pp = ("sendrecv", S, [[0, 8]])
+    dp_alone, = _times(ONE_NIC, dp)
+    pp_alone, = _times(ONE_NIC, pp)
+    dp_shared, pp_shared = _times(ONE_NIC, dp, pp)
+    assert dp_shared - dp_alone == pytest.approx(S / NIC_Bps, rel=2e-3)
+    assert pp_shared > pp_alone
+
+
+def test_kinds_on_disjoint_rails_keep_their_times():
+    # eight NICs: the PP pairs use rails 0-3, the EP pairs rails 4-7; nothing is shared
+    assert _times(EIGHT_NICS, PP, EP) == pytest.approx(_times(EIGHT_NICS, PP) + _times(EIGHT_NICS, EP), rel=1e-12)
+    # and a collective connected to the focus by no link is left out of the simulation
+    assert run_concurrent(EIGHT_NICS, H100, [PP, EP], focus=[0])[1] is None
+    assert run_concurrent(ONE_NIC, H100, [PP, EP], focus=[0])[1] is not None
+
+
+def test_after_runs_a_stream_in_turn():
+    first, second = run_concurrent(ONE_NIC, H100, [PP, EP], after=[None, 0])
+    assert (first.time_s, second.time_s) == pytest.approx(tuple(_times(ONE_NIC, PP) + _times(ONE_NIC, EP)),
+                                                          rel=1e-9)
+    with pytest.raises(ConfigError, match="after"):
+        run_concurrent(ONE_NIC, H100, [PP, EP], after=[1, None])
+
+
+MIXTRAL = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=32, gpus_per_node=4, nics_per_node=1, pp=2, ep=8,
+               gbs=32, seq=4096, distributed_optimizer=True)
+
+
+def test_window_traffic_counts_the_sends_and_all_to_alls_of_the_window():
+    cfg = build_config(**MIXTRAL)
+    wl = build_workload(cfg)
+    tl = flowsim.simulate(cfg).timeline.pipeline
+    m = cfg.num_microbatches
+    assert (m, cfg.training.dp) == (2, 16)
+    # whole step: every stage's 16 MoE layers exchange 4 all-to-alls of 4096 tokens x top-2 x 4096 hidden x
+    # 2 bytes (2 forward, 2 backward) per micro-batch; the boundary carries m sends each way
+    a2a = 4096 * 2 * 4096 * 2
+    everything = window_traffic(cfg, H100, wl, tl, 0.0, np.inf)
+    assert everything == (("ep", 0, "alltoall", m * 16 * 4 * a2a), ("ep", 1, "alltoall", m * 16 * 4 * a2a),
+                          ("pp", 0, "sendrecv", m * wl.p2p_bytes))
+    # the second half of the last stage's last backward: half its 2 backward all-to-alls per layer, its one
+    # send to stage 0 at the end; stage 0 waits for that send, idle
+    s, e = tl.last_bwd_start_s[1, 0], tl.last_bwd_end_s[1, 0]
+    assert window_traffic(cfg, H100, wl, tl, (s + e) / 2, e + 1e-9) == (
+        ("ep", 1, "alltoall", pytest.approx(16 * 2 * a2a / 2)), ("pp", 0, "sendrecv", wl.p2p_bytes))
+
+
+def test_step_with_cross_kind_sharing_is_never_shorter(monkeypatch):
+    # With one NIC per 4-GPU node, each stage's gradient reduce-scatter (16 ranks on 4 nodes) runs beside the
+    # expert all-to-alls of its last backward (8 ranks on 2 nodes) and the pipeline sends through the same
+    # NICs. Sharing only adds time: every extra is >= 0 and the exposed part of a bucket stream grows with
+    # its bucket times, so the step can only lengthen; here it does, since the NICs are saturated.
+    cfg = build_config(**MIXTRAL, comm_engine="flow")
+    shared = flowsim.simulate(cfg)
+    simulate_module = importlib.import_module("flowsim.simulate")
+    monkeypatch.setattr(simulate_module, "cross_kind_extra_s", lambda cfg, gpu, wl, tl, reduction, t0, t1:
+                        (np.zeros(len(reduction)), 0.0))
+    separate = flowsim.simulate(cfg)
+    assert shared.step_time_s > separate.step_time_s
+    assert all(a >= b for a, b in zip(shared.timeline.dp_exposed_s, separate.timeline.dp_exposed_s))
+    assert shared.stages[0].compute_s == separate.stages[0].compute_s
