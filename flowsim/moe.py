@@ -41,7 +41,8 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, f
     full : bool
         Whether the forward is recomputed in backward.
     """
-    from flowsim.workload import ACT_BYTES, _comm, _gemm, _linear, _memory
+    from flowsim.fusion import activation_step
+    from flowsim.workload import ACT_BYTES, _comm, _elementwise, _gemm, _linear, _memory
 
     m, t = cfg.model, cfg.training
     h, e, k = m.hidden_size, m.num_moe_experts, m.moe_router_topk
@@ -73,12 +74,12 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, f
     for ph in ("fwd",) + (("recompute",) if full else ()):
         grouped("expert_fc1", per_expert, fc1_out, h, ph)
         grouped("expert_fc2", per_expert, h, width, ph)
-        rows.append(_memory("expert_activation", local * per_expert * (fc1_out + width) * ACT_BYTES, ph))
     grouped("expert_fc1.dgrad", per_expert, h, fc1_out, "bwd")
     grouped("expert_fc1.wgrad", h, fc1_out, per_expert, "bwd")
     grouped("expert_fc2.dgrad", per_expert, width, h, "bwd")
     grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
-    rows.append(_memory("expert_activation.bwd", local * per_expert * (2 * fc1_out + width) * ACT_BYTES, "bwd"))
+    _elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
+                 local * per_expert * width, full)
     if etp > 1:
         # expert tensor parallelism: the expert output is reduce-scattered inside the expert TP group
         for ph in phases:

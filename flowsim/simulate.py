@@ -29,8 +29,9 @@ from flowsim.kernels.memory import memory_reference, stream_efficiency
 from flowsim.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.result import CollectiveChoice, Result, StageBreakdown
-from flowsim.step_flows import FLOW_GROUPS, flow_time_s
-from flowsim.schedule import PipelineTimeline, simulate_pipeline
+from flowsim.step_flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s
+from flowsim.schedule import PipelineTimeline, end_chunks, microbatches_per_chunk, simulate_pipeline
+from flowsim.fusion import eager_grad_bytes_per_param
 from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
 
@@ -206,19 +207,23 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
             overlapped_s(layer_bwd_s, ag + rs, sms, sm) - layer_bwd_s, ag)
 
 
-def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
-    """Exposed gradient reduction and parameter gathering of one stage, seconds per step.
+def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
+    """Exposed gradient reduction, parameter gathering and cross-kind slow-down of one stage, seconds per step.
 
     Gradients are reduced in buckets of ``bucket_size_bytes`` (Megatron-LM DDP / PyTorch DDP). A chunk's
     gradients become final during the last micro-batch's backward through it; buckets are taken to be
     ready evenly over that window and are reduced one after another on the communication stream. What
     runs past the end of the stage's last backward is exposed. The distributed optimizer's parameter
     all-gather overlaps the next step's forward (``overlap_param_gather``) except for its first bucket.
+    With ``comm_engine: flow`` the reduction shares the network with the pipeline sends and expert
+    all-to-alls of its window (:func:`flowsim.step_flows.cross_kind_extra_s`): its buckets take longer, and
+    so do the stage's own all-to-alls in the window, which lengthen its last backward passes (the third
+    value, counted as exposed since the stage ends that much later).
     """
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
     if zero >= 3:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     op = "reducescatter" if zero >= 1 else "allreduce"
     # (group, parameters): dense weights over the data- and context-parallel ranks, routed experts over the
     # expert-data-parallel ranks
@@ -235,25 +240,18 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
             g_times.append(np.full(nb, comms.time(g, "allgather", gsize, nb)))
             g_sms.append(comms.ctas(g, "allgather", gsize))
     if not times:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     bucket_s = np.concatenate(times)  # in the order the reduction issues them
-    total = float(bucket_s.sum())
     end = timeline.end_s[stage]
-    if t.overlap_grad_reduce:
-        # bucket k is ready evenly over the last backward of its chunk (chunks in order of completion)
-        starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
-        order = np.argsort(ends)
-        nb = bucket_s.size
-        per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
-        chunk = np.repeat(order, per_chunk)
-        j = np.concatenate([np.arange(1, k + 1) for k in per_chunk])
-        ready = starts[chunk] + (ends[chunk] - starts[chunk]) * j / np.repeat(per_chunk, per_chunk)
-        # one stream: finish_k = max(finish_{k-1}, ready_k) + t_k, i.e. S_n + max_k (ready_k - S_{k-1})
-        before = np.concatenate([[0.0], np.cumsum(bucket_s)[:-1]])
-        clock = total + float(np.max(ready - before))
-        grad_exposed = max(0.0, clock - end)
-    else:
-        grad_exposed = total
+    ready = _bucket_ready(timeline, stage, bucket_s.size) if t.overlap_grad_reduce else np.full(bucket_s.size, end)
+    ep_extra = 0.0
+    if t.comm_engine == "flow":  # the other kinds' traffic in the reduction's window slows both sides
+        reduction = tuple((g, stage, op, n * GRAD_REDUCE_BYTES) for g, n in parts)
+        extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, reduction, float(ready.min()),
+                                             _stream_end_s(bucket_s, ready))
+        bucket_s = bucket_s + np.repeat(extra / [a.size for a in times], [a.size for a in times])
+    total = float(bucket_s.sum())
+    grad_exposed = max(0.0, _stream_end_s(bucket_s, ready) - end)
     # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
     share = max(sms) / comms.gpu.sm_count
     grad_exposed += (total - grad_exposed) * share
@@ -264,18 +262,41 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float]:
             gather_exposed = float(gather_s[0] + gather_s[1:].sum() * max(g_sms) / comms.gpu.sm_count)
         else:
             gather_exposed = float(gather_s.sum())
-    return grad_exposed, gather_exposed
+    return grad_exposed, gather_exposed, ep_extra
+
+
+def _bucket_ready(timeline, stage, nb) -> np.ndarray:
+    """When each of ``nb`` gradient buckets of a stage is ready, seconds: evenly over the last backward of its
+    chunk (chunks in order of completion)."""
+    starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
+    order = np.argsort(ends)
+    per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
+    chunk = np.repeat(order, per_chunk)
+    j = np.concatenate([np.arange(1, k + 1) for k in per_chunk])
+    return starts[chunk] + (ends[chunk] - starts[chunk]) * j / np.repeat(per_chunk, per_chunk)
+
+
+def _stream_end_s(bucket_s, ready) -> float:
+    """End of buckets reduced one after another on one stream, seconds: ``finish_k = max(finish_{k-1},
+    ready_k) + t_k``, i.e. ``S_n + max_k (ready_k - S_{k-1})`` with ``S_k`` the cumulative bucket seconds."""
+    before = np.concatenate([[0.0], np.cumsum(bucket_s)[:-1]])
+    return float(bucket_s.sum() + np.max(ready - before))
 
 
 def _optimizer_s(cfg, wl, gpu) -> np.ndarray:
-    """Adam step of one GPU of every stage (memory-bound over the local parameter shard), seconds."""
+    """Adam step of one GPU of every stage (memory-bound over the local parameter shard), plus, with
+    eager kernels, PyTorch's per-parameter data-parallel gradient work (:mod:`flowsim.fusion`), seconds."""
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
     edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)
+    held = np.asarray(wl.stage_params) + np.asarray(wl.stage_expert_params)
     n = (np.asarray(wl.stage_params) / (t.dp * t.cp if zero >= 1 else 1)
          + np.asarray(wl.stage_expert_params) / (edp if zero >= 1 else 1))
+    nbytes = ADAM_BYTES_PER_PARAM * n
+    if t.kernel_fusion == "eager" and t.dp * t.cp > 1:
+        nbytes = nbytes + eager_grad_bytes_per_param(zero, cfg.num_microbatches) * held
     eff = stream_efficiency(memory_reference(gpu).measured)
-    return np.maximum(ADAM_BYTES_PER_PARAM * n / (gpu.hbm_Bps * eff), KERNEL_MIN_TIME_S)
+    return np.maximum(nbytes / (gpu.hbm_Bps * eff), KERNEL_MIN_TIME_S)
 
 
 def _coerce_config(config, overrides) -> SimConfig:
@@ -311,17 +332,20 @@ def simulate(config=None, **overrides) -> Result:
     """
     cfg = _coerce_config(config, overrides)
     gpu = get_gpu(cfg.cluster.gpu)
-    t, p, v, m = cfg.training, cfg.training.pp, cfg.training.vpp, cfg.num_microbatches
+    t, p, m = cfg.training, cfg.training.pp, cfg.num_microbatches
     wl = build_workload(cfg)
+    v = wl.chunk_layers.shape[1]  # model chunks per stage (dualpipe: 2 with vpp 1)
+    runs = microbatches_per_chunk(t.schedule, m, v)  # micro-batches through each chunk per step
+    first, last = end_chunks(t.schedule, p, v)  # (stage, chunk) running the embedding, the LM head
     comms = _Comms(cfg, gpu)
 
     ops, spans = _ops_frame(wl)
     t_ops = op_times(ops, gpu)
     L, R = wl.chunk_layers, wl.chunk_recompute_layers
     M, RM = wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
-    per_gpu_layers = m * int(L.sum(axis=1).max())
+    per_gpu_layers = int((L @ runs).max())
     layer = _block_times(wl.layer, t_ops[spans["layer"]], comms, cfg, per_gpu_layers)
-    moe = (_block_times(wl.moe_layer, t_ops[spans["moe_layer"]], comms, cfg, m * int(M.sum(axis=1).max()))
+    moe = (_block_times(wl.moe_layer, t_ops[spans["moe_layer"]], comms, cfg, int((M @ runs).max()))
            if wl.moe_layer is not None else None)
     emb = _block_times(wl.embedding, t_ops[spans["embedding"]], comms, cfg, m)
     head = _block_times(wl.head, t_ops[spans["head"]], comms, cfg, m)
@@ -338,17 +362,19 @@ def simulate(config=None, **overrides) -> Result:
         fsdp_f, fsdp_b, first_gather = _fsdp_exposed(cfg, wl, comms, part(layer, "fwd"), part(layer, "bwd"))
     fwd_s = L * fsdp_f
     bwd_s = L * fsdp_b
-    wgrad_s = np.zeros_like(fwd_s)  # weight-gradient GEMMs, a pass of their own in zb-h1
+    wgrad_s = np.zeros_like(fwd_s)  # weight-gradient GEMMs, a pass of their own in zb-h1 and dualpipe
     for blk, n_l, n_r in kinds:
         fwd_s = fwd_s + n_l * part(blk, "fwd")
         bwd_s = bwd_s + n_l * part(blk, "bwd") + n_r * part(blk, "recompute")
         wgrad_s = wgrad_s + n_l * blk["wgrad_bwd"]
-    fwd_s[0, 0] += part(emb, "fwd") + first_gather  # the first layer's weights cannot be prefetched
-    bwd_s[0, 0] += part(emb, "bwd")
-    fwd_s[p - 1, v - 1] += part(head, "fwd")
-    bwd_s[p - 1, v - 1] += part(head, "bwd")
+    for s, c in first:
+        fwd_s[s, c] += part(emb, "fwd") + first_gather  # the first layer's weights cannot be prefetched
+        bwd_s[s, c] += part(emb, "bwd")
+    for s, c in last:
+        fwd_s[s, c] += part(head, "fwd")
+        bwd_s[s, c] += part(head, "bwd")
 
-    p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * m * v) if p > 1 else 0.0
+    p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * int(runs.sum())) if p > 1 else 0.0
     tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s)
     tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s) if p > 1 else tl
     pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
@@ -362,14 +388,14 @@ def simulate(config=None, **overrides) -> Result:
     for s in range(p):
         tot = dict.fromkeys(("compute", "tp", "cp", "ep"), 0.0)
         for blk, n_l, n_r in kinds:
-            nl, nr = m * int(n_l[s].sum()), m * int(n_r[s].sum())
+            nl, nr = int(n_l[s] @ runs), int(n_r[s] @ runs)
             for key in tot:
                 tot[key] += nl * (blk[f"{key}_fwd"] + blk[f"{key}_bwd"]) + nr * blk[f"{key}_recompute"]
-        for blk, on in ((emb, s == 0), (head, s == p - 1)):
-            if on:
-                tot["compute"] += m * (blk["compute_fwd"] + blk["compute_bwd"])
-                tot["tp"] += m * (blk["tp_fwd"] + blk["tp_bwd"])
-        dp_c = m * int(L[s].sum()) * (fsdp_f + fsdp_b) + dp_x[s] + (m * first_gather if s == 0 else 0.0)
+        n_emb, n_head = (sum(int(runs[c]) for sc, c in ends if sc == s) for ends in (first, last))
+        for blk, n in ((emb, n_emb), (head, n_head)):
+            tot["compute"] += n * (blk["compute_fwd"] + blk["compute_bwd"])
+            tot["tp"] += n * (blk["tp_fwd"] + blk["tp_bwd"])
+        dp_c = int(L[s] @ runs) * (fsdp_f + fsdp_b) + dp_x[s] + n_emb * first_gather
         busy = sum(tot.values()) + dp_c + opt_s[s] + pp_exposed
         stages.append(StageBreakdown(stage=s, compute_s=tot["compute"], tp_comm_s=tot["tp"], cp_comm_s=tot["cp"],
                                      ep_comm_s=tot["ep"], pp_comm_s=pp_exposed, dp_comm_s=dp_c,
@@ -383,10 +409,10 @@ def simulate(config=None, **overrides) -> Result:
     fb = {name: float(flops_ops[sl][~is_rec[sl]].sum()) for name, sl in spans.items()}
     rec = {k: float(flops_ops[spans[k]][is_rec[spans[k]]].sum()) for k in spans}
     # every GPU of a stage runs the same ops: sum one GPU per stage, times the GPUs per stage
-    per_stage_gpu = m * ((L - M).sum() * fb["layer"] + (R - RM).sum() * rec["layer"] + fb["embedding"]
-                         + fb["head"])
+    per_stage_gpu = (((L - M) @ runs).sum() * fb["layer"] + ((R - RM) @ runs).sum() * rec["layer"]
+                     + m * (fb["embedding"] + fb["head"]))
     if "moe_layer" in spans:
-        per_stage_gpu += m * (M.sum() * fb["moe_layer"] + RM.sum() * rec["moe_layer"])
+        per_stage_gpu += (M @ runs).sum() * fb["moe_layer"] + (RM @ runs).sum() * rec["moe_layer"]
     hardware_flops = float(per_stage_gpu) * t.tp * t.cp * t.dp
     n_gpus = cfg.cluster.num_gpus
     peak = gpu.peak("fp16" if t.precision == "fp16" else "bf16")

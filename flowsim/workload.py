@@ -28,26 +28,15 @@ import numpy as np
 import pandas as pd
 
 from flowsim.config import SimConfig
+from flowsim.fusion import ACT_BYTES, FP32_BYTES, activation_step, traffic
+from flowsim.schedule import end_chunks
 from flowsim.units import DTYPE_BYTES
-
-ACT_BYTES = DTYPE_BYTES["bf16"]  # activations, weights and gradients are kept in bf16/fp16 (2 bytes)
-FP32_BYTES = DTYPE_BYTES["fp32"]
 
 # Transformer Engine FP8 recipe (TE docs, "Using FP8 with Transformer Engine"): the input of every FP8
 # GEMM is cast (read 2-byte, write 1-byte) and, for the weight-gradient GEMM on Hopper, transposed (read
 # and write 1-byte); the output gradient likewise in backward. Weights are cast once per optimizer step.
 FP8_CAST_BYTES_PER_ELEM = ACT_BYTES + 1
 FP8_TRANSPOSE_BYTES_PER_ELEM = 2
-
-# Memory-bound kernel traffic, in bytes per element of the [tokens, width] tensor they touch. Each is
-# the count of tensors read and written by the kernel (2 bytes each, masks 1 byte); a norm reads x and
-# writes y, backward reads x, dy and writes dx (weight-gradient partial sums are small).
-NORM_FWD_BYTES = 2 * ACT_BYTES
-NORM_BWD_BYTES = 3 * ACT_BYTES
-RESIDUAL_FWD_BYTES = 3 * ACT_BYTES            # read x, read residual, write sum
-DROPOUT_RESIDUAL_FWD_BYTES = 3 * ACT_BYTES + 1  # fused bias-dropout-add also writes a 1-byte mask
-DROPOUT_BWD_BYTES = 2 * ACT_BYTES + 1         # read grad and mask, write grad
-ROPE_BYTES = 2 * ACT_BYTES                    # read and write q and k
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -140,6 +129,15 @@ def _linear(rows, name, tokens, n_out, k_in, dtype, recompute):
 
 def _memory(name, nbytes, phase, count=1, flops=0.0):
     return dict(name=name, kind="memory", dtype="bf16", flops=flops, bytes=float(nbytes), phase=phase, count=count)
+
+
+def _elementwise(rows, name, step, fusion, elems, recompute):
+    """Rows of a memory-bound layer step (see :mod:`flowsim.fusion`) over ``elems`` tensor elements:
+    forward, backward and, with ``recompute``, the forward again. Steps that move nothing add no row."""
+    tr = traffic(step, fusion)
+    for phase, per in (("fwd", tr.fwd), ("bwd", tr.bwd)) + ((("recompute", tr.fwd),) if recompute else ()):
+        if per:
+            rows.append(_memory(name + (".bwd" if phase == "bwd" else ""), elems * per, phase))
 
 
 def _attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, phase):
@@ -250,19 +248,18 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     phases = ("fwd", "bwd") + (("recompute",) if full else ())
     dropout = m.hidden_dropout > 0
 
+    fusion = t.kernel_fusion
+    bias_grad = m.add_bias_linear and fusion == "eager"
+
     def norm(name):
-        rows.append(_memory(f"{name}", tok_sp * h * NORM_FWD_BYTES, "fwd"))
-        rows.append(_memory(f"{name}.bwd", tok_sp * h * NORM_BWD_BYTES, "bwd"))
-        if full:
-            rows.append(_memory(f"{name}", tok_sp * h * NORM_FWD_BYTES, "recompute"))
+        _elementwise(rows, name, m.normalization, fusion, tok_sp * h, full)
 
     def residual(name):
-        per = DROPOUT_RESIDUAL_FWD_BYTES if dropout else RESIDUAL_FWD_BYTES
-        rows.append(_memory(name, tok_sp * h * per, "fwd"))
-        if dropout:
-            rows.append(_memory(f"{name}.bwd", tok_sp * h * DROPOUT_BWD_BYTES, "bwd"))
-        if full:
-            rows.append(_memory(name, tok_sp * h * per, "recompute"))
+        _elementwise(rows, name, "dropout_residual" if dropout else "residual", fusion, tok_sp * h, full)
+
+    def bias(name, width):
+        if bias_grad:
+            _elementwise(rows, f"{name}.bias_grad", "bias_grad", fusion, tokens * width, False)
 
     # attention block
     norm("input_norm")
@@ -272,12 +269,11 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     else:
         qkv_out = (heads + 2 * groups) * d
         _linear(rows, "qkv", tokens, qkv_out, h, dt, full)
+        bias("qkv", qkv_out)
+        _elementwise(rows, "qkv_grad_pack", "qkv_grad_pack", fusion, tokens * qkv_out, False)
     rope_heads = (heads + groups) * d if not m.multi_latent_attention else (heads + 1) * m.qk_pos_emb_head_dim
     if m.position_embedding == "rope":
-        rows.append(_memory("rope", tokens * rope_heads * ROPE_BYTES, "fwd"))
-        rows.append(_memory("rope.bwd", tokens * rope_heads * ROPE_BYTES, "bwd"))
-        if full:
-            rows.append(_memory("rope", tokens * rope_heads * ROPE_BYTES, "recompute"))
+        _elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
     # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
     # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
     attn_phases = ("fwd", "bwd") + (("recompute",) if full or t.recompute_granularity == "selective" else ())
@@ -289,6 +285,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
             rows.extend(_unfused_attention(b * heads, s, d, m.hidden_dropout > 0, ph))
     v_dim = m.v_head_dim if m.multi_latent_attention else d
     _linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
+    bias("attn_out", h)
     residual("attn_residual")
     for ph in phases:
         _tp_comms(comms, tp, sp, act, ph)
@@ -300,9 +297,9 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
 
         moe_mlp_ops(cfg, rows, comms, tokens, dt, full)
         if m.moe_shared_expert_intermediate_size:
-            mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt, full, "shared_")
+            mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt, full, "shared_", fusion)
     else:
-        mlp_ops(rows, m, tokens, f // tp, dt, full)
+        mlp_ops(rows, m, tokens, f // tp, dt, full, fusion=fusion)
     if not moe or m.moe_shared_expert_intermediate_size:
         for ph in phases:
             _tp_comms(comms, tp, sp, act, ph)
@@ -327,17 +324,16 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     return _finish(rows, comms)
 
 
-def mlp_ops(rows, m, tokens, width, dt, full, prefix=""):
-    """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens."""
+def mlp_ops(rows, m, tokens, width, dt, full, prefix="", fusion="fused"):
+    """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens
+    (``fusion``: the memory-bound kernel set, :mod:`flowsim.fusion`)."""
     fc1_out = (2 if m.gated else 1) * width
     _linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, full)
-    act_fwd = tokens * (fc1_out + width) * ACT_BYTES          # read pre-activation, write activation
-    act_bwd = tokens * (fc1_out * 2 + width) * ACT_BYTES      # read pre-activation and grad, write grad
-    rows.append(_memory(f"{prefix}activation", act_fwd, "fwd"))
-    rows.append(_memory(f"{prefix}activation.bwd", act_bwd, "bwd"))
-    if full:
-        rows.append(_memory(f"{prefix}activation", act_fwd, "recompute"))
+    _elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, full)
     _linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, full)
+    if m.add_bias_linear and fusion == "eager":
+        _elementwise(rows, f"{prefix}fc1.bias_grad", "bias_grad", fusion, tokens * fc1_out, False)
+        _elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
 
 
 def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
@@ -389,14 +385,11 @@ def build_head(cfg: SimConfig) -> OpSet:
     tok_sp = tokens // t.tp if t.sequence_parallel else tokens
     h = m.hidden_size
     v_local = padded_vocab(cfg) // t.tp
-    rows = [_memory("final_norm", tok_sp * h * NORM_FWD_BYTES, "fwd"),
-            _memory("final_norm.bwd", tok_sp * h * NORM_BWD_BYTES, "bwd")]
+    rows = []
+    _elementwise(rows, "final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
     # The output layer runs in 16-bit even in FP8 recipes (TE keeps the first and last layers in BF16).
     _linear(rows, "lm_head", tokens, v_local, h, "bf16", False)
-    # Cross-entropy upcasts the logits to fp32: read 2-byte logits, write fp32 softmax; backward reads
-    # it and writes the 2-byte gradient (Megatron-LM vocab_parallel_cross_entropy).
-    rows.append(_memory("cross_entropy", tokens * v_local * (ACT_BYTES + FP32_BYTES), "fwd"))
-    rows.append(_memory("cross_entropy.bwd", tokens * v_local * (FP32_BYTES + ACT_BYTES), "bwd"))
+    _elementwise(rows, "cross_entropy", "cross_entropy", t.kernel_fusion, tokens * v_local, False)
     comms = []
     if t.tp > 1:
         if t.sequence_parallel:
@@ -434,7 +427,10 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
     Virtual stage ``k = c * p + s`` (Megatron-LM's interleaved assignment) holds layers in order. With
     ``account_for_embedding_in_pipeline_split`` (``..._loss_...``) the embedding (loss) counts as one
     layer of virtual stage 0 (the last). ``balanced`` gives the remainder layers one each to the virtual
-    stages after the first.
+    stages after the first. DualPipe (DeepSeek-V3 report sec. 3.2.1) splits the model into ``p`` stages
+    and gives stage ``s`` two chunks: model stage ``s`` (chunk 0, the pipeline fed at stage 0) and model
+    stage ``p - 1 - s`` (chunk 1, the pipeline fed at stage ``p - 1``), so each GPU holds two stages'
+    layers.
     """
     t = cfg.training
     p, v = t.pp, t.vpp
@@ -456,6 +452,8 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
         counts[idx % p, idx // p] = per[idx]
         moe[idx % p, idx // p] = sum(cfg.model.moe_layer(i) for i in range(start, start + per[idx]))
         start += per[idx]
+    if t.schedule == "dualpipe":
+        counts, moe = np.hstack([counts, counts[::-1]]), np.hstack([moe, moe[::-1]])
     return (counts, moe) if with_moe else counts
 
 
@@ -465,13 +463,15 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
     m, t = cfg.model, cfg.training
     h, v = m.hidden_size, padded_vocab(cfg)
     moe_layers = np.zeros_like(chunk_layers) if moe_layers is None else moe_layers
+    # stages holding the embedding and the LM head (DualPipe's two paths put both on each end rank)
+    first, last = ({sc for sc, _ in ends} for ends in end_chunks(t.schedule, t.pp, t.vpp))
     out = []
     for s in range(t.pp):
         n_moe = int(moe_layers[s].sum())
         n = (int(chunk_layers[s].sum()) - n_moe) * layer_params(cfg) + n_moe * layer_params(cfg, moe=True)
-        if s == 0:
+        if s in first:
             n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
-        if s == t.pp - 1:
+        if s in last:
             n += h * (2 if m.normalization == "layernorm" else 1)
             if m.untie_embeddings_and_output_weights or t.pp > 1:
                 # a tied head on another stage keeps its own copy of the word embedding (Megatron-LM)

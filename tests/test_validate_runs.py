@@ -141,7 +141,9 @@ def test_shared_rows_record_their_assumptions(shared_data):
     assert "recompute: empty, assumed none" in rows[28].assumptions
     assert rows[175].assumptions == ("nic_gbps_per_gpu: empty, assumed 400 (cluster preset dgx-h100)",)
     assert rows[183].assumptions == ("nic_gbps_per_gpu: empty, unused (single-node job)",)
-    assert rows[137].assumptions == ()
+    assert rows[137].assumptions == ("kernels: eager PyTorch (stated in the source notes)",)
+    assert rows[169].assumptions[-1] == "kernels: eager PyTorch (torchtitan without torch.compile, its default)"
+    assert not any(a.startswith("kernels:") for a in rows[138].assumptions)  # torch.compile
 
 
 def test_gb200_row_maps_to_nvl72(shared_data):

@@ -468,6 +468,8 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
 
     * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
     * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
+    * torchtitan rows whose notes do not say torch.compile ran eager kernels (``training.compile`` is off
+      by default in torchtitan's job config): ``kernel_fusion: eager``.
     * Layers that do not divide into pp * vpp stages: Megatron-LM / NeMo recipes count the embedding and
       the loss as one layer each (``account_for_*_in_pipeline_split``, as in the Llama-3.1-405B recipes)
       when that makes them divide; otherwise the remainder is spread (``balanced``, the uniform
@@ -479,6 +481,11 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
         out["use_flash_attn"] = False
         assumptions.append(f"attention: unfused (the source, {year.group(0)}, predates FlashAttention)")
     text = f"{row.get('notes', '')} {row.get('source_detail', '')}"
+    if row.get("framework") == "torchtitan" and not re.search(r"torch\.compile", text):
+        out["kernel_fusion"] = "eager"
+        why = "stated in the source notes" if re.search(r"\beager\b", text) else \
+            "torchtitan without torch.compile, its default"
+        assumptions.append(f"kernels: eager PyTorch ({why})")
     if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE):
         out["tp_comm_overlap"] = True
         assumptions.append("tp_comm_overlap: on (stated in the source notes)")

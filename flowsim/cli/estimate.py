@@ -31,7 +31,7 @@ def _report(r) -> str:
         f"vpp={t['virtual_pipeline_model_parallel_size']} dp={t['data_parallel_size']} "
         f"cp={t['context_parallel_size']} ep={t['expert_model_parallel_size']} sp={int(t['sequence_parallel'])}  mbs={t['micro_batch_size']} "
         f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={t['recompute_granularity']} "
-        f"precision={t['precision']} schedule={t['pipeline_schedule']}",
+        f"precision={t['precision']} schedule={t['pipeline_schedule']} kernels={t['kernel_fusion']}",
         "",
         f"step time        {r.step_time_s:10.4f} s",
         f"tokens/s         {r.tokens_per_s:10.4g}",
@@ -91,6 +91,9 @@ def _report(r) -> str:
 @click.option("--comm-engine", type=click.Choice(["analytic", "flow"]),
               help="analytic: NCCL's model per communicator; flow: DP/EP/CP/PP collectives as flows on the "
                    "topology, all groups of a stage at once (sees NIC, rail and spine contention).")
+@click.option("--kernel-fusion", type=click.Choice(["fused", "eager"]),
+              help="fused: Megatron-LM/Transformer Engine kernels; eager: plain PyTorch without torch.compile "
+                   "(every elementwise op a kernel of its own).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
 @click.option("--workload", "workload_path", type=click.Path(exists=True, dir_okay=False),
@@ -103,7 +106,7 @@ def _report(r) -> str:
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             comm_engine, workload_path, as_json, trace_path, chakra_dir):
+             comm_engine, kernel_fusion, workload_path, as_json, trace_path, chakra_dir):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. Example:
@@ -117,7 +120,8 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                      nics_per_node=nics_per_node, nic_gbps=nic_gbps, tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep,
                      sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
                      use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
-                     precision=precision, pipeline_schedule=schedule, comm_engine=comm_engine)
+                     precision=precision, pipeline_schedule=schedule, comm_engine=comm_engine,
+                     kernel_fusion=kernel_fusion)
     overrides.update(_parse_set(sets))
     if workload_path:
         extra = sorted(k for k, v in overrides.items() if v is not None and k not in ("cluster", "gpu"))
@@ -150,13 +154,23 @@ def _estimate_workload(path, cluster, gpu, as_json) -> None:
     if not cluster:
         raise ConfigError("--cluster", "is required with --workload", None)
     r = simulate_workload(path, cluster, gpu=gpu)
+    pipe = r.pipeline
     if as_json:
         echo_json({"step_time_s": r.step_time_s, "compute_s": r.compute_s, "comm_s": r.comm_s,
-                   "exposed_comm_s": r.exposed_comm_s, "collectives": r.collectives.to_dict("records")})
+                   "exposed_comm_s": r.exposed_comm_s, "bubble_s": r.bubble_s,
+                   "pipeline": None if pipe is None else {
+                       "stages": len(pipe.fwd_s), "microbatches": pipe.microbatches, "schedule": pipe.schedule,
+                       "fwd_s": pipe.fwd_s.tolist(), "bwd_s": pipe.bwd_s.tolist(), "tail_s": pipe.tail_s.tolist(),
+                       "p2p_s": pipe.p2p_s, "p2p_bytes": pipe.p2p_bytes, "critical_stage": pipe.critical_stage},
+                   "collectives": r.collectives.to_dict("records")})
         return
     lines = [f"step time        {r.step_time_s * 1e3:10.3f} ms",
              f"compute          {r.compute_s * 1e3:10.3f} ms",
-             f"exposed comm     {r.exposed_comm_s * 1e3:10.3f} ms  (incl. slowdown of overlapped compute)", ""]
+             f"exposed comm     {r.exposed_comm_s * 1e3:10.3f} ms  (incl. slowdown of overlapped compute)"]
+    if pipe is not None:
+        lines.append(f"pipeline bubble  {r.bubble_s * 1e3:10.3f} ms  ({len(pipe.fwd_s)} stages, {pipe.microbatches} "
+                     f"micro-batches, {pipe.schedule}; critical stage {pipe.critical_stage})")
+    lines.append("")
     if len(r.collectives):
         rows = [dict(op=x.op, size=x.size_bytes / 2**20, n=x.n_ranks, algo=f"{x.algo}/{x.proto}", t=x.time_s * 1e3,
                      count=x.count_per_step) for x in r.collectives.itertuples()]

@@ -7,10 +7,11 @@ from flowsim.errors import ConfigError, check_ints
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
-SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather")
 COMM_ENGINES = ("analytic", "flow")
+KERNEL_FUSIONS = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,10 @@ class TrainingConfig:
     precision : str
         Compute dtype of the GEMMs: ``bf16``, ``fp16`` or ``fp8`` (fp8 GEMMs, bf16 elsewhere).
     pipeline_schedule : str
-        ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b``, ``interleaved`` or ``zb-h1``
-        (zero-bubble H1: weight gradients deferred into the cool-down bubble).
+        ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``
+        (zero-bubble H1: weight gradients deferred into the cool-down bubble) or ``dualpipe`` (DeepSeek-V3's
+        bidirectional schedule: even pp, vpp 1, each stage holds two model stages; see
+        :mod:`flowsim.schedule`).
     overlap_grad_reduce : bool
         Data-parallel gradient reduction overlaps the backward pass (bucketed).
     overlap_param_gather : bool
@@ -72,6 +75,11 @@ class TrainingConfig:
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
+    kernel_fusion : str
+        ``fused`` (Megatron-LM / Transformer Engine kernels: fused norms, bias-activation, bias-dropout-add,
+        rotary, cross-entropy) or ``eager`` (plain PyTorch modules without torch.compile: every elementwise
+        op of a norm, activation, rotary embedding, residual and loss is a kernel of its own that reads and
+        writes its tensors; :mod:`flowsim.eager_ops`).
     """
 
     tensor_model_parallel_size: int = 1
@@ -101,6 +109,7 @@ class TrainingConfig:
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     use_flash_attn: bool = True
+    kernel_fusion: str = "fused"
 
     @property
     def tp(self) -> int:
@@ -157,6 +166,12 @@ class TrainingConfig:
         if self.pipeline_schedule in ("gpipe", "1f1b", "zb-h1") and self.vpp > 1:
             raise ConfigError("pipeline_schedule", f"{self.pipeline_schedule} runs one model chunk per stage "
                               "(use interleaved with virtual_pipeline_model_parallel_size > 1)", f"vpp={self.vpp}")
+        if self.pipeline_schedule == "dualpipe" and self.vpp > 1:
+            raise ConfigError("pipeline_schedule", "dualpipe places its two model chunks per stage itself; "
+                              "set virtual_pipeline_model_parallel_size to 1", f"vpp={self.vpp}")
+        if self.pipeline_schedule == "dualpipe" and self.pp % 2:
+            raise ConfigError("pipeline_schedule", "dualpipe needs an even pipeline_model_parallel_size >= 2",
+                              f"pp={self.pp}")
         if self.pipeline_schedule == "interleaved" and self.vpp == 1:
             raise ConfigError("pipeline_schedule", "interleaved needs virtual_pipeline_model_parallel_size > 1",
                               "vpp=1")
@@ -165,6 +180,8 @@ class TrainingConfig:
                               self.pipeline_layer_split)
         if self.comm_engine not in COMM_ENGINES:
             raise ConfigError("comm_engine", f"must be one of {', '.join(COMM_ENGINES)}", self.comm_engine)
+        if self.kernel_fusion not in KERNEL_FUSIONS:
+            raise ConfigError("kernel_fusion", f"must be one of {', '.join(KERNEL_FUSIONS)}", self.kernel_fusion)
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:

@@ -1,0 +1,116 @@
+"""Memory-bound kernels of a transformer layer: bytes moved per tensor element, fused or eager.
+
+Each value is the bytes read plus written by the kernel(s) of one step of a layer, per element of the
+``[tokens, width]`` tensor the step works on (2-byte activations, fp32 where the code upcasts). Two
+kernel sets (``TrainingConfig.kernel_fusion``):
+
+* ``fused``: Megatron-LM with Transformer Engine / Apex kernels, one kernel per step: a norm reads x and
+  writes y (backward reads x and dy, writes dx), bias-activation and bias-dropout-add are single kernels,
+  the bias gradient comes out of the weight-gradient GEMM's epilogue, rotary embedding is one kernel
+  (``apply_rotary_pos_emb`` fused), the vocab-parallel cross-entropy upcasts once.
+* ``eager``: plain PyTorch modules run without ``torch.compile``: every elementwise op is its own kernel.
+  The figures are the aten kernels PyTorch 2.13 runs for the reference implementations below, read off
+  :mod:`flowsim.capture` recordings of each module (``tests/test_fusion.py`` re-derives them):
+
+  - RMSNorm as transformers' ``LlamaRMSNorm``: ``to(fp32)`` 6, ``pow`` 8, ``mean`` 4, ``mul`` by the rsqrt
+    8, ``to(bf16)`` 6, ``mul`` by the weight 4 = 36 forward; autograd's backward of those ops 96.
+  - LayerNorm (``nn.LayerNorm``): ``native_layer_norm`` 4 / ``native_layer_norm_backward`` 6, as fused.
+  - GELU: ``gelu`` 4 / ``gelu_backward`` 6 per element of the fc1 output, as fused.
+  - SwiGLU ``silu(a) * b``: ``silu`` 4 + ``mul`` 6 = 10 forward, two ``mul`` and ``silu_backward`` = 18
+    backward, per element of the activation output.
+  - Rotary embedding as the Meta Llama reference / torchtitan ``apply_rotary_emb`` (complex multiply in
+    fp32): ``to(fp32)`` 6, complex ``mul`` 8, ``to(bf16)`` 6 = 20 each way, per element of q and k
+    (``view_as_complex``/``view_as_real`` are views and move nothing).
+  - Cross-entropy on logits upcast to fp32 (torchtitan, transformers): ``to(fp32)`` 6, ``_log_softmax`` 8
+    (``nll_loss_forward`` reads one logit per token) = 14; backward ``nll_loss_backward`` fills the fp32
+    gradient 4, ``_log_softmax_backward_data`` 12, ``to(bf16)`` 6 = 22, per logit.
+  - Bias gradient of an ``nn.Linear`` with bias: ``sum`` over tokens of the output gradient, 2 per output
+    element; fused QKV gradients packed back into one ``[tokens, q + k + v]`` tensor (``stack`` after the
+    attention backward), 4 per element.
+
+In both sets the residual connection costs an ``add`` (6) forward and, in backward, another ``add`` (6)
+summing the gradients of the skip and the branch (autograd accumulates a tensor used twice).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from flowsim.units import DTYPE_BYTES
+
+ACT_BYTES = DTYPE_BYTES["bf16"]
+FP32_BYTES = DTYPE_BYTES["fp32"]
+FUSIONS = ("fused", "eager")
+
+
+class Traffic(NamedTuple):
+    """Bytes per element moved by one layer step: forward and backward (the recompute repeats forward)."""
+
+    fwd: float
+    bwd: float
+
+
+_FUSED = {
+    "layernorm": Traffic(2 * ACT_BYTES, 3 * ACT_BYTES),
+    "rmsnorm": Traffic(2 * ACT_BYTES, 3 * ACT_BYTES),
+    # per element of the activation output: read the pre-activation (2 of them if gated), write it;
+    # backward reads the pre-activation(s) and the gradient, writes the pre-activation gradient(s)
+    "gelu": Traffic(2 * ACT_BYTES, 3 * ACT_BYTES),
+    "swiglu": Traffic(3 * ACT_BYTES, 5 * ACT_BYTES),
+    "residual": Traffic(3 * ACT_BYTES, 3 * ACT_BYTES),
+    # fused bias-dropout-add also writes a 1-byte mask; backward reads gradient and mask, writes gradient,
+    # and adds it to the skip gradient
+    "dropout_residual": Traffic(3 * ACT_BYTES + 1, 2 * ACT_BYTES + 1 + 3 * ACT_BYTES),
+    "rope": Traffic(2 * ACT_BYTES, 2 * ACT_BYTES),
+    # Megatron-LM vocab_parallel_cross_entropy: read 2-byte logits, write the fp32 softmax; backward reads
+    # it and writes the 2-byte gradient
+    "cross_entropy": Traffic(ACT_BYTES + FP32_BYTES, FP32_BYTES + ACT_BYTES),
+    "bias_grad": Traffic(0.0, 0.0),
+    "qkv_grad_pack": Traffic(0.0, 0.0),
+}
+
+_EAGER = dict(_FUSED)
+_EAGER.update({
+    "rmsnorm": Traffic(36.0, 96.0),
+    "swiglu": Traffic(10.0, 18.0),
+    # native_dropout (read x, write y and a 1-byte mask) then add; backward: dropout backward and the add
+    "dropout_residual": Traffic(2 * ACT_BYTES + 1 + 3 * ACT_BYTES, 2 * ACT_BYTES + 1 + 3 * ACT_BYTES),
+    "rope": Traffic(20.0, 20.0),
+    "cross_entropy": Traffic(14.0, 22.0),
+    "bias_grad": Traffic(0.0, ACT_BYTES),
+    "qkv_grad_pack": Traffic(0.0, 2 * ACT_BYTES),
+})
+
+_TABLES = {"fused": _FUSED, "eager": _EAGER}
+
+
+def traffic(step: str, fusion: str) -> Traffic:
+    """Bytes per element of ``step`` (a key of the tables above) under ``fusion`` (``fused``/``eager``)."""
+    return _TABLES[fusion][step]
+
+
+def activation_step(activation: str) -> str:
+    """Table key of an MLP activation: gated ones (``swiglu``, ``geglu``) move like ``swiglu``."""
+    return "swiglu" if activation in ("swiglu", "geglu") else "gelu"
+
+
+# Per-parameter gradient work of PyTorch's data-parallel wrappers that Megatron-LM fuses away (its wgrad
+# GEMMs accumulate straight into a contiguous fp32 buffer), bytes per parameter held before sharding:
+# * DDP (torch/nn/parallel/distributed.py, reducer): per micro-batch AccumulateGrad adds the gradient into
+#   its bucket view (read gradient, read and write bucket: 6); per step the default all-reduce hook
+#   divides the bucket by the world size (read and write: 4).
+# * FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): per micro-batch every all-gather
+#   copies the gathered parameters out of the flat buffer (``split_with_sizes_copy``: 4) - once in forward,
+#   again in backward when parameters are resharded after forward (zero_stage 3) - and the reduce-scatter
+#   packs the gradients into its input (``chunk_cat``: 4).
+DDP_ACCUMULATE_BYTES_PER_PARAM = 3 * ACT_BYTES
+DDP_SCALE_BYTES_PER_PARAM = 2 * ACT_BYTES
+FSDP_COPY_BYTES_PER_PARAM = 2 * ACT_BYTES
+
+
+def eager_grad_bytes_per_param(zero_stage: int, microbatches: int) -> float:
+    """Bytes per parameter of eager PyTorch's data-parallel gradient work in one optimizer step
+    (``zero_stage`` 0: DDP, 2-3: FSDP2; 1 has no PyTorch-native wrapper and counts as DDP)."""
+    if zero_stage >= 2:
+        gathers = 2 if zero_stage == 3 else 1
+        return microbatches * (gathers + 1) * FSDP_COPY_BYTES_PER_PARAM
+    return microbatches * DDP_ACCUMULATE_BYTES_PER_PARAM + DDP_SCALE_BYTES_PER_PARAM
