@@ -130,16 +130,20 @@ def test_save_load_roundtrip_and_validation(ddp, tmp_path):
     path = tmp_path / "w.json"
     save(ddp, path)
     back = load(path)
-    assert back.ops == ddp.ops and back.groups == ddp.groups and back.world_size == 64
+    assert back.ops == ddp.ops and back.groups == ddp.groups and back.world_size == 64 and back.rank == 0
     good = path.read_text()
     doc = json.loads(good)
-    assert (doc["format"], doc["version"]) == ("flowsim-workload", 1)
+    assert (doc["format"], doc["version"]) == ("flowsim-workload", 2)
+    assert [st["rank"] for st in doc["stages"]] == [0]
     for mutate, field in ((lambda d: d.pop("world_size"), "workload.world_size"),
-                          (lambda d: d.update(version=2), "workload.version"),
-                          (lambda d: d["ops"][0].pop("kind"), "ops[0].kind"),
-                          (lambda d: d["ops"][0].update(bytes=-1), "ops[0].bytes"),
+                          (lambda d: d.update(version=3), "workload.version"),
+                          (lambda d: d["stages"][0]["ops"][0].pop("kind"), "stages[0].ops[0].kind"),
+                          (lambda d: d["stages"][0]["ops"][0].update(bytes=-1), "stages[0].ops[0].bytes"),
+                          (lambda d: d["stages"][0].update(rank=64), "stages[0].rank"),
+                          (lambda d: d["stages"].append(dict(d["stages"][0])), "stages[1].rank"),
                           (lambda d: d["groups"].update(g0=[0, 64]), "workload.groups.g0"),
-                          (lambda d: _first_comm(d).update(issue=10**6), "issue")):
+                          (lambda d: _first_comm(d).update(issue=10**6), "issue"),
+                          (lambda d: _first_comm(d).update(peer=3), "peer")):
         bad = json.loads(good)
         mutate(bad)
         path.write_text(json.dumps(bad))
@@ -148,8 +152,24 @@ def test_save_load_roundtrip_and_validation(ddp, tmp_path):
         assert e.value.field.endswith(field)
 
 
+def test_version_1_files_still_load(ddp, tmp_path):
+    """Version 1 kept one rank's ``rank`` and ``ops`` at the top level; it reads as one stage."""
+    path = tmp_path / "w.json"
+    save(ddp, path)
+    doc = json.loads(path.read_text())
+    stage = doc.pop("stages")[0]
+    path.write_text(json.dumps(dict(doc, version=1, rank=stage["rank"], ops=stage["ops"])))
+    back = load(path)
+    assert len(back.stages) == 1 and back.ops == ddp.ops and back.rank == 0
+    doc = json.loads(path.read_text())
+    doc["ops"][0].pop("kind")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=r"^ops\[0\]\.kind: is required"):
+        load(path)
+
+
 def _first_comm(doc):
-    return next(o for o in doc["ops"] if o["type"] == "comm")
+    return next(o for o in doc["stages"][0]["ops"] if o["type"] == "comm")
 
 
 def test_simulate_ddp_on_dgx_h100(ddp):
@@ -183,20 +203,22 @@ def test_timeline_rules():
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_captured_kernels_agree_with_parametric_model():
-    """GEMM and attention time of a captured DDP GPT equal flowsim.simulate's for the same model."""
+@pytest.mark.parametrize("parallel, zero_stage", [("ddp", 0), ("fsdp", 3)])
+def test_captured_kernels_agree_with_parametric_model(parallel, zero_stage):
+    """A captured eager GPT and flowsim.simulate's eager model of the same job (the two paths check each
+    other): GEMMs and attention equal, the whole step within 5 %."""
     import flowsim
 
     Lm, Hm, A, Vm, S, B = 4, 2048, 16, 32000, 2048, 8
-    setup, step = gpt_example("ddp", 64, shape=GPTShape(layers=Lm, hidden=Hm, heads=A, vocab=Vm, seq=S,
-                                                          micro_batch=B))
+    setup, step = gpt_example(parallel, 64, shape=GPTShape(layers=Lm, hidden=Hm, heads=A, vocab=Vm, seq=S,
+                                                            micro_batch=B))
     w = capture(step, setup=setup, world_size=64)
     r = simulate_workload(w, "dgx-h100")
     model = dict(name="gpt-example", num_layers=Lm, hidden_size=Hm, num_attention_heads=A, ffn_hidden_size=4 * Hm,
                  vocab_size=Vm, seq_length=S, activation="gelu", normalization="layernorm",
-                 position_embedding="rope", untie_embeddings_and_output_weights=True, add_bias_linear=True)
+                 position_embedding="none", untie_embeddings_and_output_weights=True, add_bias_linear=True)
     res = flowsim.simulate({"model": model, "cluster": "dgx-h100"}, num_gpus=64, tp=1, pp=1, dp=64, mbs=B,
-                           gbs=64 * B, seq=S)
+                           gbs=64 * B, seq=S, kernel_fusion="eager", zero_stage=zero_stage)
     tl = res.timeline
     per = tl.op_time_s * tl.ops["count"].to_numpy()
     kinds = tl.ops["kind"].to_numpy()
@@ -209,15 +231,16 @@ def test_captured_kernels_agree_with_parametric_model():
         return tot
 
     comp = [o for o in w.ops if o["type"] == "compute"]
-    t_comp = r.op_time_s[[o["type"] == "compute" for o in w.ops]]
+    t_comp = r.op_time_s[0][[o["type"] == "compute" for o in w.ops]]
     cap = {k: float(sum(t for o, t in zip(comp, t_comp) if o["kind"] in k)) for k in (("gemm",), ("attn_fwd", "attn_bwd"))}
     assert cap[("gemm",)] == pytest.approx(model_sum(["gemm"]), rel=0.01)
     assert cap[("attn_fwd", "attn_bwd")] == pytest.approx(model_sum(["attn_fwd", "attn_bwd"]), rel=0.01)
-    # whole step: 57.1 ms captured vs 53.7 ms parametric (+6.3%, docs/CAPTURE.md): eager PyTorch's unfused
-    # memory-bound kernels and DDP's per-parameter gradient accumulation (+4.3 ms), a bf16 AdamW without
-    # fp32 master weights (-0.5 ms), bf16 instead of fp32 gradient all-reduce (-0.4 ms exposed)
-    assert r.step_time_s == pytest.approx(res.step_time_s, rel=0.10)
-    assert r.step_time_s > res.step_time_s
+    # whole step (docs/CAPTURE.md): DDP 61.4 ms captured vs 61.6 ms parametric (-0.3 %), FSDP2 59.4 vs
+    # 57.3 ms (+3.6 %). What remains: a contiguous copy of the attention output that the CPU attention
+    # kernel's layout forces (+0.65 ms; CUDA's flash kernel writes it in the layout the next GEMM reads),
+    # bf16 AdamW without fp32 master weights and a bf16 gradient reduction (the parametric model assumes
+    # Megatron-LM's fp32 master weights and fp32 gradient reduction), FSDP2's copy-in before all-gathers.
+    assert r.step_time_s == pytest.approx(res.step_time_s, rel=0.05)
 
 
 def test_step_that_raises():

@@ -31,10 +31,12 @@ NO_KERNEL_OPS = {
     "aten.empty_like.default", "aten.set_.source_Storage",
     "aten.resize_.default", "aten.set_.source_Storage_storage_offset", "aten.unflatten.int",
     "aten.flatten.using_ints", "aten.view_as.default", "aten.is_same_size.default", "aten._local_scalar_dense.default",
+    "aten.view_as_complex.default", "aten.view_as_real.default", "aten._conj.default",
     "prim.device.default", "prim.layout.default", "aten.sym_size.int", "aten.sym_stride.int", "aten.sym_numel.default",
     "aten.sym_storage_offset.default", "aten.record_stream.default", "aten.lift_fresh.default",
     "profiler._record_function_enter_new.default", "profiler._record_function_exit._RecordFunction",
     "aten.resize_storage_bytes_.default", "inductor.resize_storage_bytes_.default",
+    "c10d.barrier.default",  # a synchronisation, not priced
 }
 
 # c10d (ProcessGroup) and _c10d_functional ops: op name -> (nccl-tests op, index of the tensor whose bytes
@@ -63,11 +65,34 @@ C10D_OPS = {
     "_c10d_functional.all_to_all_single.default": ("alltoall", 0, False),
 }
 FUNCTIONAL_WAIT = "_c10d_functional.wait_tensor.default"
+P2P_OPS = {"c10d.send.default", "c10d.recv_.default"}
+"""Point-to-point ops; their third argument is the peer's rank in the op's group."""
 
 
 def dtype_name(torch_dtype) -> str:
     """Op-table dtype of a torch dtype (fp32 for non-float dtypes)."""
     return DTYPES.get(str(torch_dtype), "fp32")
+
+
+# Ops that take a tensor argument only for its shape and read none (or one element per row) of it:
+# op name -> (index of that argument, elements read per row of the output). nll_loss picks the target's
+# log-probability from each row (ATen NLLLoss.cpp); its backward writes the gradient from the target alone.
+PARTLY_READ_ARGS = {
+    "aten.nll_loss_forward.default": (0, 1),
+    "aten.nll_loss_backward.default": (1, 0),
+}
+
+
+def compute_bytes(name: str, args: list, out) -> int:
+    """Bytes a kernel reads and writes: its tensor arguments and outputs, less what it does not read
+    (:data:`PARTLY_READ_ARGS`)."""
+    nbytes = tensor_bytes(args) + tensor_bytes(out if isinstance(out, (list, tuple)) else [out])
+    if name in PARTLY_READ_ARGS:
+        index, per_row = PARTLY_READ_ARGS[name]
+        skipped = args[index]
+        rows = skipped.shape[0] if skipped.dim() > 1 else 1
+        nbytes -= tensor_bytes(skipped) - rows * per_row * skipped.element_size()
+    return nbytes
 
 
 def tensor_bytes(t) -> int:

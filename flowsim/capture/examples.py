@@ -3,7 +3,7 @@
 ``gpt_example(parallel, world_size, ...)`` returns ``(setup, step)`` for :func:`flowsim.capture.capture`.
 The model is a pre-norm GPT with untied embeddings (as flowsim's parametric model assumes): token
 embedding, ``layers`` blocks (LayerNorm, fused QKV Linear, causal SDPA, output Linear, LayerNorm,
-Linear-GELU-Linear MLP of 4h), final LayerNorm, LM head, cross-entropy on the bf16 logits; bf16 weights,
+Linear-GELU-Linear MLP of 4h), final LayerNorm, LM head, cross-entropy on the logits upcast to fp32; bf16 weights,
 AdamW (foreach). DDP uses ``gradient_as_bucket_view=True`` (gradients live in the buckets, as Megatron-LM's
 gradient buffer does, so no per-bucket copy).
 """
@@ -132,7 +132,8 @@ def gpt_example(parallel: str, world_size: int, *, tp: int = 8, shape: GPTShape 
 
         model, opt, tokens = state
         logits = model(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+        # the loss in fp32 (logits upcast), as torchtitan and transformers compute it
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)

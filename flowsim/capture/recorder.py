@@ -25,65 +25,28 @@ framework lets compute run beside it:
   issued, the last one at the end of the step;
 * other ProcessGroup collectives (broadcasts, send/recv, user calls) are blocking.
 
-Workarounds for running frameworks on fake tensors (applied only inside :func:`capture`):
+Workarounds for running frameworks on fake tensors (applied only inside :func:`session`):
 DDP's start-up check of parameter shapes across ranks reads tensor values and is skipped; DeviceMesh
 construction (which reads its rank table) runs outside the fake mode; after each warm-up step DDP's
 buckets are rebuilt, as DDP does after its first iteration, so that the recorded step has the
-steady-state buckets (the int32 index tensor the rebuild fills is real, everything else stays fake).
+steady-state buckets (the int32 index tensor the rebuild fills is real, everything else stays fake); a
+rebuild DDP starts itself at the next forward gets the same real int32 tensor.
+
+Rows the autograd engine issues (the backward pass, its hooks and callbacks) are tagged
+``backward: True``; point-to-point rows carry the peer's global rank (``peer``).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import warnings
 
 from flowsim.capture import convert
+from flowsim.capture.data import CapturedWorkload, Stage
 from flowsim.errors import ConfigError, FlowsimWarning
 
 KNOWN_OTHER_MEMORY_OPS = {"fsdp.all_gather_copy_in.default", "fsdp.split_with_sizes_copy.default",
                           "fsdp.chunk_cat.default"}
 """Non-aten ops that are plain copies (FSDP2's packing kernels): memory rows without a warning."""
-
-
-@dataclasses.dataclass
-class CapturedWorkload:
-    """The ops one rank issues in one training step, in issue order.
-
-    Attributes
-    ----------
-    world_size : int
-        Ranks of the captured job.
-    rank : int
-        The captured rank.
-    ops : list of dict
-        One dict per op. Compute rows: ``type="compute"``, ``name`` (aten op) and the op-table columns of
-        :data:`flowsim.kernels.OP_COLUMNS` that apply (``kind``, ``dtype``, shape, ``flops`` in FLOP,
-        ``bytes``). Collective rows: ``type="comm"``, ``name``, ``op`` (nccl-tests name), ``size_bytes``
-        (nccl-tests convention), ``dtype``, ``group`` (key of ``groups``), ``blocking``, ``wait`` (index
-        of the op before which an asynchronous collective must have finished; None = end of the step) and,
-        for prefetched collectives, ``issue`` (index of the op from whose start it may run).
-    groups : dict of str to list of int
-        Global ranks of every process group used.
-    unknown_ops : list of str
-        Ops the recorder does not know, kept as memory-bound rows.
-    label : str
-        Free text (the example or script captured).
-    """
-
-    world_size: int
-    rank: int
-    ops: list
-    groups: dict
-    unknown_ops: list = dataclasses.field(default_factory=list)
-    label: str = ""
-
-    def comms(self) -> list:
-        """The collective rows, in issue order."""
-        return [o for o in self.ops if o["type"] == "comm"]
-
-    def compute(self) -> list:
-        """The compute rows, in issue order."""
-        return [o for o in self.ops if o["type"] == "compute"]
 
 
 def _make_recorder():
@@ -99,14 +62,25 @@ def _make_recorder():
     class _Recorder(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.ops, self.groups, self.unknown = [], {}, set()
+            self.groups = {}
             self.paused = False
             self.ddp_async = False      # set by the DDP hook around its all-reduce
+            self.reset()
+
+        def reset(self):
+            """Start a new op list (the process groups seen so far are kept)."""
+            self.ops, self.unknown = [], set()
             self.ddp_pending = []       # DDP all-reduces waiting for the end of backward
             self.functional = {}        # id(output tensor) -> index of its functional collective
             self.fsdp_gathers = []        # FSDP2 all-gathers not yet copied out
             self.fsdp_copy_out = None     # index of the last FSDP2 copy-out
             self.fsdp_scatter = None      # index of the last FSDP2 reduce-scatter
+
+        def append(self, row):
+            """Record ``row``, tagged ``backward`` when the autograd engine issued it."""
+            if torch._C._current_graph_task_id() != -1:
+                row["backward"] = True
+            self.ops.append(row)
 
         def group_key(self, pg) -> str:
             ranks = tuple(dist.get_process_group_ranks(pg))
@@ -130,6 +104,8 @@ def _make_recorder():
             row = {"type": "comm", "name": name, "op": op, "size_bytes": int(size),
                    "dtype": convert.first_float_dtype([func_args[tensor_index]]), "group": key,
                    "blocking": True, "wait": None}
+            if name in convert.P2P_OPS:
+                row["peer"] = self.groups[key][func_args[2]]  # the op takes the peer's rank in the group
             idx = len(self.ops)
             prev = self.ops[-1]["name"] if self.ops else ""
             if name.startswith("_c10d_functional"):
@@ -151,7 +127,7 @@ def _make_recorder():
                 if self.fsdp_scatter is not None:
                     self.ops[self.fsdp_scatter]["wait"] = idx
                 self.fsdp_scatter = idx
-            self.ops.append(row)
+            self.append(row)
 
         def record_wait(self, func_args):
             idx = self.functional.pop(id(func_args[0]), None)
@@ -181,8 +157,7 @@ def _make_recorder():
             return out
 
         def record_compute(self, name, func, args, kwargs, out):
-            nbytes = convert.tensor_bytes(list(args) + list(kwargs.values())) + convert.tensor_bytes(
-                out if isinstance(out, (list, tuple)) else [out])
+            nbytes = convert.compute_bytes(name, list(args) + list(kwargs.values()), out)
             if name in convert.GEMM_OPS:
                 row = convert.gemm_row(name, args)
             elif name in convert.ATTN_FWD_OPS or name in convert.ATTN_BWD_OPS:
@@ -197,13 +172,14 @@ def _make_recorder():
             if name == "fsdp.split_with_sizes_copy.default" and self.fsdp_gathers:
                 self.ops[self.fsdp_gathers.pop(0)]["wait"] = len(self.ops)
                 self.fsdp_copy_out = len(self.ops)
-            self.ops.append(row)
+            self.append(row)
 
     return _Recorder
 
 
 @contextlib.contextmanager
-def _patched(obj, attr, value):
+def patched(obj, attr, value):
+    """Set ``obj.attr = value`` within the block."""
     old = getattr(obj, attr)
     setattr(obj, attr, value)
     try:
@@ -249,12 +225,20 @@ def _framework_patches(stack, recorder, ddps):
         self.register_comm_hook(self.process_group, hook)
         ddps.append(self)
 
-    stack.enter_context(_patched(ddp_mod, "_verify_param_shape_across_processes", lambda *a, **k: None))
-    stack.enter_context(_patched(ddp_cls, "__init__", init))
-    stack.enter_context(_patched(device_mesh.DeviceMesh, "__init__", outside_fake(device_mesh.DeviceMesh.__init__)))
+    pre_forward = ddp_cls._pre_forward
+
+    def pre_forward_real_ints(self, *args, **kwargs):
+        # a bucket rebuild not settled by Session.settle_ddp (a script without step markers) runs here
+        with _real_int_tensors():
+            return pre_forward(self, *args, **kwargs)
+
+    stack.enter_context(patched(ddp_mod, "_verify_param_shape_across_processes", lambda *a, **k: None))
+    stack.enter_context(patched(ddp_cls, "__init__", init))
+    stack.enter_context(patched(ddp_cls, "_pre_forward", pre_forward_real_ints))
+    stack.enter_context(patched(device_mesh.DeviceMesh, "__init__", outside_fake(device_mesh.DeviceMesh.__init__)))
     wrapped_init_mesh = outside_fake(device_mesh.init_device_mesh)
-    stack.enter_context(_patched(device_mesh, "init_device_mesh", wrapped_init_mesh))
-    stack.enter_context(_patched(dist, "init_device_mesh", wrapped_init_mesh))
+    stack.enter_context(patched(device_mesh, "init_device_mesh", wrapped_init_mesh))
+    stack.enter_context(patched(dist, "init_device_mesh", wrapped_init_mesh))
 
 
 def _real_int_tensors():
@@ -313,9 +297,62 @@ def capture(step, *, world_size: int, rank: int = 0, setup=None, warmup_steps: i
         Bad ``world_size``/``rank``, torch.distributed already initialised, or a step (or setup) that raises
         (the message names the exception).
     """
+    _check_positive_int("warmup_steps", warmup_steps, 0)
+    with session(world_size, rank) as sess:
+        state = _call("setup", setup) if setup is not None else None
+
+        def run():
+            return _call("step", step, *(() if setup is None else (state,)))
+
+        for _ in range(warmup_steps):
+            run()
+            sess.settle_ddp()
+        sess.recorder.paused = False
+        run()
+        sess.recorder.paused = True
+    return sess.workload(label)
+
+
+class Session:
+    """An open capture (see :func:`session`): the recorder and the DDP modules built under it."""
+
+    def __init__(self, recorder, ddps: list, world_size: int, rank: int):
+        self.recorder, self.ddps, self.world_size, self.rank = recorder, ddps, world_size, rank
+
+    def settle_ddp(self) -> None:
+        """Rebuild every DDP's buckets in the order its gradients became ready, as DDP does after its first
+        iteration (the int32 bucket-index tensor is real, everything else stays fake)."""
+        with _real_int_tensors():
+            for ddp in self.ddps:
+                ddp.reducer._rebuild_buckets()
+
+    def workload(self, label: str = "") -> CapturedWorkload:
+        """The ops recorded so far as a single-stage workload; warns (FlowsimWarning) about unknown ops."""
+        unknown = sorted(self.recorder.unknown)
+        if unknown:
+            warnings.warn(f"ops not known to the recorder, kept as memory-bound rows: {', '.join(unknown)}",
+                          FlowsimWarning, stacklevel=3)
+        return CapturedWorkload(world_size=self.world_size, stages=[Stage(rank=self.rank, ops=self.recorder.ops)],
+                                groups=dict(self.recorder.groups), unknown_ops=unknown, label=label)
+
+
+@contextlib.contextmanager
+def session(world_size: int, rank: int):
+    """Open a capture of rank ``rank`` of a ``world_size`` job: the fake process group as the default group,
+    the framework workarounds of the module docstring, ``FakeTensorMode`` and a paused recorder.
+
+    Yields
+    ------
+    Session
+        Unpause ``session.recorder`` (``paused = False``) around what should be recorded.
+
+    Raises
+    ------
+    ConfigError
+        Bad ``world_size``/``rank``, torch not installed, or torch.distributed already initialised.
+    """
     _check_positive_int("world_size", world_size)
     _check_positive_int("rank", rank, 0)
-    _check_positive_int("warmup_steps", warmup_steps, 0)
     if rank >= world_size:
         raise ConfigError("rank", f"must be < world_size ({world_size})", rank)
     try:
@@ -337,27 +374,9 @@ def capture(step, *, world_size: int, rank: int = 0, setup=None, warmup_steps: i
             _framework_patches(stack, recorder, ddps)
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             stack.enter_context(recorder)
-            state = _call("setup", setup) if setup is not None else None
-
-            def run():
-                return _call("step", step, *(() if setup is None else (state,)))
-
-            for _ in range(warmup_steps):
-                run()
-                with _real_int_tensors():
-                    for ddp in ddps:
-                        ddp.reducer._rebuild_buckets()
-            recorder.paused = False
-            run()
-            recorder.paused = True
+            yield Session(recorder, ddps, world_size, rank)
     finally:
         dist.destroy_process_group()
-    unknown = sorted(recorder.unknown)
-    if unknown:
-        warnings.warn(f"ops not known to the recorder, kept as memory-bound rows: {', '.join(unknown)}",
-                      FlowsimWarning, stacklevel=2)
-    return CapturedWorkload(world_size=world_size, rank=rank, ops=recorder.ops, groups=recorder.groups,
-                            unknown_ops=unknown, label=label)
 
 
 def _call(what, fn, *args):
