@@ -103,7 +103,7 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     """Peak memory of one GPU of ``stage`` by component (see module docstring)."""
     m, t = cfg.model, cfg.training
     params, experts = wl.stage_params[stage], wl.stage_expert_params[stage]
-    dp = t.dp * t.cp  # dense state is sharded over the data- and context-parallel ranks
+    dp = t.dp_shard  # dense state is sharded over the data- and context-parallel ranks (or a shard group)
     edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)  # expert state over expert-DP ranks
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
 

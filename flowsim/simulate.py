@@ -80,6 +80,9 @@ class _Comms:
             "tp": (t.tp, 1),
             "cp": (t.cp, t.tp),
             "dp": (t.dp * t.cp, t.tp),
+            # hybrid sharding: shard groups of dp_shard consecutive DP ranks, replicas across them
+            "dps": (t.dp_shard, t.tp),
+            "dpr": (t.dp * t.cp // t.dp_shard, t.tp * t.dp_shard),
             "pp": (2, t.tp * t.cp * t.dp),
             # expert layers (Megatron-LM expert rank generator, order tp-ep-dp-pp with tp = etp)
             "etp": (etp, 1),
@@ -191,20 +194,25 @@ def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
 
 
 def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
-    """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters,
-    prefetched one layer ahead so that each runs beside the neighbouring layer's compute (which it slows,
-    see :func:`overlapped_s`). Returns the extra forward and backward seconds per layer and the first
-    layer's gather, which nothing hides."""
+    """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters over
+    the shard group, prefetched one layer ahead so that each runs beside the neighbouring layer's compute
+    (which it slows, see :func:`overlapped_s`). With hybrid sharding the reduced shard is then all-reduced
+    across the replicas on a stream of its own (FSDP2's ``all_reduce_stream``), so a layer's backward
+    communication lasts the longer of the shard group's gather + reduce-scatter and the replicas'
+    all-reduce. Returns the extra forward and backward seconds per layer and the first layer's gather,
+    which nothing hides."""
     t = cfg.training
     per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
     m = cfg.num_microbatches
     ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * GRAD_REDUCE_BYTES
-    ag = comms.time("dp", "allgather", ag_bytes, 2 * m)
-    rs = comms.time("dp", "reducescatter", rs_bytes, m)
-    sms = max(comms.ctas("dp", "allgather", ag_bytes), comms.ctas("dp", "reducescatter", rs_bytes))
+    ag = comms.time("dps", "allgather", ag_bytes, 2 * m)
+    rs = comms.time("dps", "reducescatter", rs_bytes, m)
+    ar = comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m)
+    sms = max(comms.ctas("dps", "allgather", ag_bytes), comms.ctas("dps", "reducescatter", rs_bytes),
+              comms.ctas("dpr", "allreduce", rs_bytes / t.dp_shard))
     sm = comms.gpu.sm_count
     return (overlapped_s(layer_fwd_s, ag, sms, sm) - layer_fwd_s,
-            overlapped_s(layer_bwd_s, ag + rs, sms, sm) - layer_bwd_s, ag)
+            overlapped_s(layer_bwd_s, max(ag + rs, ar), sms, sm) - layer_bwd_s, ag)
 
 
 def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
@@ -225,17 +233,21 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     if zero >= 3:
         return 0.0, 0.0, 0.0
     op = "reducescatter" if zero >= 1 else "allreduce"
-    # (group, parameters): dense weights over the data- and context-parallel ranks, routed experts over the
-    # expert-data-parallel ranks
-    parts = [(g, n) for g, n in (("dp", wl.stage_params[stage]), ("edp", wl.stage_expert_params[stage]))
-             if n > 0 and comms.groups[g][0] > 1]
-    times, sms, g_times, g_sms = [], [], [], []  # per group: seconds of one bucket, bucket count, SMs held
-    for g, n in parts:
+    n_dense, n_expert = wl.stage_params[stage], wl.stage_expert_params[stage]
+    # (group, op, parameters, bytes factor): dense weights over the data- and context-parallel ranks (with
+    # hybrid sharding reduce-scattered in the shard group, then the shard all-reduced across the replicas),
+    # routed experts over the expert-data-parallel ranks
+    parts = [p for p in (("dps" if zero >= 1 else "dp", op, n_dense, 1.0),
+                         ("dpr", "allreduce", n_dense if zero >= 1 else 0.0, 1.0 / t.dp_shard),
+                         ("edp", op, n_expert, 1.0))
+             if p[2] > 0 and comms.groups[p[0]][0] > 1]
+    times, sms, g_times, g_sms = [], [], [], []  # per part: seconds of each bucket, SMs held
+    for g, g_op, n, factor in parts:
         nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / t.bucket_size_bytes)))
-        size = n * GRAD_REDUCE_BYTES / nb
-        times.append(np.full(nb, comms.time(g, op, size, nb)))
-        sms.append(comms.ctas(g, op, size))
-        if zero >= 1:
+        size = n * GRAD_REDUCE_BYTES * factor / nb
+        times.append(np.full(nb, comms.time(g, g_op, size, nb)))
+        sms.append(comms.ctas(g, g_op, size))
+        if g_op == "reducescatter":
             gsize = n * PARAM_GATHER_BYTES / nb
             g_times.append(np.full(nb, comms.time(g, "allgather", gsize, nb)))
             g_sms.append(comms.ctas(g, "allgather", gsize))
@@ -246,7 +258,7 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     ready = _bucket_ready(timeline, stage, bucket_s.size) if t.overlap_grad_reduce else np.full(bucket_s.size, end)
     ep_extra = 0.0
     if t.comm_engine == "flow":  # the other kinds' traffic in the reduction's window slows both sides
-        reduction = tuple((g, stage, op, n * GRAD_REDUCE_BYTES) for g, n in parts)
+        reduction = tuple((g, stage, g_op, n * GRAD_REDUCE_BYTES * factor) for g, g_op, n, factor in parts)
         extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, reduction, float(ready.min()),
                                              _stream_end_s(bucket_s, ready))
         bucket_s = bucket_s + np.repeat(extra / [a.size for a in times], [a.size for a in times])
@@ -290,7 +302,7 @@ def _optimizer_s(cfg, wl, gpu) -> np.ndarray:
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
     edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)
     held = np.asarray(wl.stage_params) + np.asarray(wl.stage_expert_params)
-    n = (np.asarray(wl.stage_params) / (t.dp * t.cp if zero >= 1 else 1)
+    n = (np.asarray(wl.stage_params) / (t.dp_shard if zero >= 1 else 1)
          + np.asarray(wl.stage_expert_params) / (edp if zero >= 1 else 1))
     nbytes = ADAM_BYTES_PER_PARAM * n
     if t.kernel_fusion == "eager" and t.dp * t.cp > 1:

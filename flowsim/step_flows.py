@@ -23,7 +23,7 @@ from flowsim.collective_flows import run_collective, run_concurrent
 from flowsim.config import SimConfig
 from flowsim.schedule import BWD, FWD
 
-FLOW_GROUPS = ("dp", "edp", "ep", "cp", "pp")
+FLOW_GROUPS = ("dp", "dps", "dpr", "edp", "ep", "cp", "pp")
 """Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain)."""
 
 CROSS_KIND_MAX_TRANSFERS = 256
@@ -51,6 +51,11 @@ def stage_groups(cfg: SimConfig, group: str, stage: int = 0) -> list[list[int]]:
     o = stage * size
     if group == "dp":
         return [[o + i + k * tp for k in range(dp * cp)] for i in range(tp)]
+    if group in ("dps", "dpr"):  # hybrid sharding: shard groups of dp_shard consecutive DP ranks, replicas
+        sh, rep = t.dp_shard, dp * cp // t.dp_shard
+        if group == "dps":
+            return [[o + i + (r * sh + k) * tp for k in range(sh)] for r in range(rep) for i in range(tp)]
+        return [[o + i + (r * sh + k) * tp for r in range(rep)] for k in range(sh) for i in range(tp)]
     if group == "cp":
         return [[o + d * tp * cp + i + k * tp for k in range(cp)] for d in range(dp) for i in range(tp)]
     if group == "ep":

@@ -19,6 +19,7 @@ ALIASES = {
     "pp": "pipeline_model_parallel_size",
     "vpp": "virtual_pipeline_model_parallel_size",
     "dp": "data_parallel_size",
+    "dp_shard": "data_parallel_shard_size",
     "cp": "context_parallel_size",
     "ep": "expert_model_parallel_size",
     "etp": "expert_tensor_parallel_size",

@@ -79,6 +79,12 @@ class SimConfig:
         if m.num_layers + extra < t.pp * t.vpp:
             raise ConfigError("num_layers", "every virtual pipeline stage needs at least one layer",
                               f"{m.num_layers} layers for {t.pp}*{t.vpp} stages")
+        if t.data_parallel_shard_size and (t.dp * t.cp) % t.data_parallel_shard_size:
+            raise ConfigError("data_parallel_shard_size", "must divide data_parallel_size * context_parallel_size",
+                              f"{t.data_parallel_shard_size} and {t.dp}*{t.cp}")
+        if t.dp_shard < t.dp * t.cp and t.zero_stage == 0 and not t.use_distributed_optimizer:
+            raise ConfigError("data_parallel_shard_size", "hybrid sharding needs zero_stage >= 1 or "
+                              "use_distributed_optimizer (nothing is sharded without them)", t.data_parallel_shard_size)
         if t.global_batch_size % (t.micro_batch_size * t.dp):
             raise ConfigError("global_batch_size", "must be divisible by micro_batch_size * data_parallel_size",
                               f"{t.global_batch_size} and {t.micro_batch_size}*{t.dp}")

@@ -39,6 +39,12 @@ class TrainingConfig:
         Megatron distributed optimizer (ZeRO-1): gradients reduce-scattered, parameters all-gathered.
     zero_stage : int
         0-3, degree of state sharding across the data-parallel group (3 = FSDP full shard).
+    data_parallel_shard_size : int
+        Hybrid sharding (alias dp_shard): ZeRO/FSDP state is sharded over groups of this many consecutive
+        data-parallel ranks and replicated across the ``dp * cp / dp_shard`` groups, whose gradient shards
+        are then all-reduced (PyTorch FSDP ``HYBRID_SHARD`` / FSDP2 HSDP, torchtitan
+        ``data_parallel_shard_degree``, Megatron-LM ``--num-distributed-optimizer-instances``). 0 shards over
+        all ``dp * cp`` ranks.
     precision : str
         Compute dtype of the GEMMs: ``bf16``, ``fp16`` or ``fp8`` (fp8 GEMMs, bf16 elsewhere).
     pipeline_schedule : str
@@ -96,6 +102,7 @@ class TrainingConfig:
     recompute_num_layers: int = 0
     use_distributed_optimizer: bool = False
     zero_stage: int = 0
+    data_parallel_shard_size: int = 0
     precision: str = "bf16"
     pipeline_schedule: str = "auto"
     overlap_grad_reduce: bool = True
@@ -132,6 +139,11 @@ class TrainingConfig:
         return self.expert_model_parallel_size
 
     @property
+    def dp_shard(self) -> int:
+        """Data-parallel ranks the ZeRO/FSDP state is sharded over (``dp * cp`` unless hybrid sharding)."""
+        return self.data_parallel_shard_size or self.dp * self.cp
+
+    @property
     def vpp(self) -> int:
         return self.virtual_pipeline_model_parallel_size
 
@@ -147,7 +159,8 @@ class TrainingConfig:
         check_ints(self, ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "expert_model_parallel_size", "virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
                      "micro_batch_size"), 1)
-        check_ints(self, ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers"), 0)
+        check_ints(self, ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers",
+                          "data_parallel_shard_size"), 0)
         if self.recompute_granularity not in RECOMPUTE:
             raise ConfigError("recompute_granularity", f"must be one of {', '.join(RECOMPUTE)}",
                               self.recompute_granularity)
