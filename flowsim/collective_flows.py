@@ -46,6 +46,7 @@ from flowsim.nccl_models.constants import ALGO_NAMES, Algo
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency
 from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
 from flowsim.nccl_models.tuning import cost_model
+from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
 from flowsim.nccl_models.estimate import COLL_OF_OP
 from flowsim.netsim import simulate
 from flowsim.routing import route
@@ -156,7 +157,7 @@ def _groups_of(group_ranks, concurrent_groups, num_gpus: int) -> np.ndarray:
     return groups
 
 
-def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray) -> CommLayout:
+def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray, nccl_version: str) -> CommLayout:
     """Layout of the groups; each must be an increasing arithmetic progression, all of one shape."""
     g = np.sort(groups, axis=1)
     n = g.shape[1]
@@ -165,7 +166,7 @@ def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray) -> CommLay
         raise ConfigError("group_ranks", "groups must be evenly spaced global ranks (first + k * stride), "
                                          "all with the same stride", groups[0].tolist()[:16])
     # a group's layout depends only on where it starts within its scale-up domain (domains hold whole nodes)
-    layouts = {group_layout(cluster, gpu, n, stride, first_rank=int(f))
+    layouts = {group_layout(cluster, gpu, n, stride, first_rank=int(f), nccl_version=nccl_version)
                for f in np.unique(g[:, 0] % job_domain_size(cluster))}
     if len(layouts) != 1:
         raise ConfigError("concurrent_groups", "groups must have the same layout (nodes, NICs)", len(layouts))
@@ -275,9 +276,9 @@ class _Prepared:
 
 
 def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray,
-             algo, proto, pxn: bool, max_transfers: int):
+             algo, proto, pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION):
     """Plan and route one collective on every group; a :class:`FlowCollectiveResult` for single-rank groups."""
-    layout = _layout(cluster, gpu, groups)
+    layout = _layout(cluster, gpu, groups, nccl_version)
     est = predict(op, size_bytes, layout, algo=_algo_override(op, algo, layout), proto=proto)
     if layout.n_ranks == 1:
         return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
@@ -377,7 +378,8 @@ def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float) 
 
 def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, group_ranks, *,
                    algo: str | None = None, proto: str | None = None, concurrent_groups=1, pxn: bool = True,
-                   max_transfers: int = DEFAULT_MAX_TRANSFERS) -> FlowCollectiveResult:
+                   max_transfers: int = DEFAULT_MAX_TRANSFERS,
+                   nccl_version: str = DEFAULT_NCCL_VERSION) -> FlowCollectiveResult:
     """Run one collective per group as flows on the cluster, all groups at once.
 
     Parameters
@@ -403,6 +405,8 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
         trees always do (module docstring).
     max_transfers : int, optional
         Per group; see :func:`flowsim.nccl_models.plans.build_plan`.
+    nccl_version : str, optional
+        NCCL release whose algorithm/protocol choice is modelled (docs/NCCL.md, NCCL releases).
 
     Returns
     -------
@@ -415,7 +419,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
     """
     topo = cached_topology(cluster, gpu)
     groups = _groups_of(group_ranks, concurrent_groups, topo.num_gpus)
-    p = _prepare(topo, cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers)
+    p = _prepare(topo, cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers, nccl_version)
     if isinstance(p, FlowCollectiveResult):
         return p
     res, _, start = _simulate_together(topo, [p], [None])
@@ -477,7 +481,7 @@ def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=N
 
 
 def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSpec, *, algo: str | None = None,
-                    proto: str | None = None) -> NcclComparison:
+                    proto: str | None = None, nccl_version: str = DEFAULT_NCCL_VERSION) -> NcclComparison:
     """Redo an nccl-tests comparison with the flow engine, on all GPUs of ``cluster`` as one communicator.
 
     Parameters
@@ -492,6 +496,8 @@ def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSp
     algo, proto : str, optional
         NCCL_ALGO / NCCL_PROTO overrides of the run (ignored for AllToAll and Send/Recv, as in the analytic
         comparison).
+    nccl_version : str, optional
+        NCCL release whose choice is modelled (the log's, as in the analytic comparison).
 
     Returns
     -------
@@ -502,7 +508,7 @@ def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSp
     rows = analytic.rows.copy()
     ranks = list(range(cluster.num_gpus))
     results = [run_collective(cluster, gpu, op, size, ranks, algo=None if op in P2P_OPS else algo,
-                              proto=None if op in P2P_OPS else proto)
+                              proto=None if op in P2P_OPS else proto, nccl_version=nccl_version)
                for op, size in zip(rows["op"], rows["size_bytes"])]
     rows["predicted_time_s"] = [r.time_s for r in results]
     rows["predicted_busbw_Bps"] = [r.busbw_Bps for r in results]

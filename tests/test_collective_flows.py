@@ -13,6 +13,7 @@ from flowsim.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
+from flowsim.nccl_models import predict
 from flowsim.nccl_models.constants import Algo, Coll, Proto
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
 from flowsim.nccl_models.tuning import cost_model
@@ -45,6 +46,18 @@ def test_two_groups_on_one_nic_each_get_half():
     assert both.group_time_s[0] == pytest.approx(both.group_time_s[1])
     assert both.time_s / alone.time_s == pytest.approx(2.0, rel=0.05)
     assert alone.busbw_Bps == pytest.approx(12.5e9 * NET_BW_EFFICIENCY, rel=0.02)
+
+
+def test_flow_engine_takes_the_nccl_release_choice():
+    # one A100 node, 2 MiB AllReduce: NCCL 2.18 ranks Ring/LL at 1/4 of the bus bandwidth and picks LL128;
+    # 2.21+ ranks LL at 1/2 and picks it (docs/NCCL.md, NCCL releases); the flow engine follows the choice
+    c = ClusterConfig(gpu="a100-sxm4-80gb", num_gpus=8, gpus_per_node=8)
+    a100 = get_gpu("a100-sxm4-80gb")
+    picks = {v: run_collective(c, a100, "allreduce", 2**21, list(range(8)), nccl_version=v) for v in ("2.18.5", "2.30.7")}
+    assert [(r.algo, r.proto) for r in picks.values()] == [("Ring", "LL128"), ("Ring", "LL")]
+    for v, r in picks.items():
+        est = predict("allreduce", 2**21, group_layout(c, a100, 8, 1, nccl_version=v))
+        assert (r.algo, r.proto) == (est.algo, est.proto)
 
 
 def test_oversubscription_slows_cross_leaf_ring():
