@@ -43,7 +43,7 @@ from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import P2P_OPS, CollectiveEstimate, CommLayout, busbw_factor, parse_override, predict
 from flowsim.nccl_models.constants import ALGO_NAMES, Algo
-from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency
+from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency, execution_layout
 from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
 from flowsim.nccl_models.tuning import cost_model
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
@@ -283,10 +283,12 @@ def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size
     if layout.n_ranks == 1:
         return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
                                     (0.0,) * groups.shape[0], 0, ())
-    plan = build_plan(op, est.size_bytes, layout, est.algo, est.proto, max_transfers=max_transfers)
+    # the release chose (algo, proto); it runs at the newest release's speeds, as the analytic model prices it
+    run = execution_layout(layout)
+    plan = build_plan(op, est.size_bytes, run, est.algo, est.proto, max_transfers=max_transfers)
     ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
     ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
-    return _Prepared(est, plan, groups, ptr, links, np.tile(_kernel_Bps(plan, layout, est.algbw_Bps), groups.shape[0]))
+    return _Prepared(est, plan, groups, ptr, links, np.tile(_kernel_Bps(plan, run, est.algbw_Bps), groups.shape[0]))
 
 
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:

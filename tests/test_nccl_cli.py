@@ -6,6 +6,7 @@ from click.testing import CliRunner
 
 from flowsim.cli import main
 from flowsim.cli.collective import parse_sizes
+from flowsim.nccl_models.launch import HOST_LAUNCH_S
 
 
 def run(*args):
@@ -101,3 +102,73 @@ def test_validate_nccl_bad_log(tmp_path):
     f.write_text("# only comments\n")
     r = run("validate-nccl", str(f), "--cluster", "dgx-h100", "--op", "allreduce")
     assert r.exit_code == 2 and "Error: log: no nccl-tests result rows found" in r.output
+
+
+# --- launch setup (--gpus-per-process) -----------------------------------------------------------------
+
+def test_collective_gpus_per_process_floor_in_table_and_json():
+    r = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8", "--gpus-per-process", "8",
+            "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["launch"] == {"gpus_per_process": 8, "floor_s": pytest.approx(8 * HOST_LAUNCH_S),
+                             "source": "--gpus-per-process"}
+    assert out["rows"][0]["time_s"] == pytest.approx(8 * HOST_LAUNCH_S)
+    text = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8", "--gpus-per-process", "8")
+    assert "8 GPUs per process: launch floor 36.6 us" in text.output.splitlines()[0]
+    assert text.output.splitlines()[3].split()[3] == "36.56"
+
+
+def test_collective_default_is_one_process_per_gpu():
+    r = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8", "--json")
+    out = json.loads(r.output)
+    assert out["launch"]["gpus_per_process"] == 1 and out["launch"]["floor_s"] == 0.0
+    assert out["rows"][0]["time_s"] < 20e-6  # NCCL's Ring/LL latency, no floor
+    text = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8").output
+    assert "1 GPU per process: no launch floor" in text
+
+
+def test_collective_flow_engine_takes_the_floor():
+    r = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8", "--engine", "flow",
+            "--gpus-per-process", "8", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["rows"][0]["time_s"] == pytest.approx(8 * HOST_LAUNCH_S)
+
+
+def test_validate_nccl_prints_the_stated_setup(shared_data):
+    log = shared_data / "nccl-tests" / "h100_8gpu_allreduce_ring_together.txt"
+    r = run("validate-nccl", str(log), "--cluster", "dgx-h100", "--algo", "ring")
+    assert r.exit_code == 0, r.output
+    assert ('# section 0: 8 GPUs per process: launch floor 36.6 us (stated in the log "nThread 1 nGpus 8")'
+            in r.output.splitlines())
+    out = json.loads(run("validate-nccl", str(log), "--cluster", "dgx-h100", "--algo", "ring", "--json").output)
+    assert out["launch"][0]["gpus_per_process"] == 8 and out["summary"]["median_abs_error_small"] < 0.25
+    assert out["rows"][0]["launch_floor_s"] == pytest.approx(8 * HOST_LAUNCH_S)
+
+
+def test_validate_nccl_unknown_setup_and_override(shared_data):
+    log = str(shared_data / "nccl-tests" / "gb200_4gpu_allreduce_ring_azure_ndgb200v6.txt")
+    r = run("validate-nccl", log, "--cluster", "gb200-nvl72", "--algo", "ring")
+    assert "# section 0: launch setup unknown: no launch floor (not stated in the log)" in r.output.splitlines()
+    r = run("validate-nccl", log, "--cluster", "gb200-nvl72", "--algo", "ring", "--gpus-per-process", "4", "--json")
+    out = json.loads(r.output)
+    assert out["launch"][0] == {"section": 0, "gpus_per_process": 4, "source": "given", "evidence": None,
+                                "floor_s": pytest.approx(4 * HOST_LAUNCH_S)}
+    flow = run("validate-nccl", log, "--cluster", "gb200-nvl72", "--algo", "ring", "--gpus-per-process", "4",
+               "--engine", "flow", "--json")
+    rows = json.loads(flow.output)["rows"]
+    assert min(row["predicted_time_s"] for row in rows) == pytest.approx(4 * HOST_LAUNCH_S)
+
+
+@pytest.mark.parametrize("command, value, message", [
+    ("collective", "0", "Error: gpus_per_process: must be an integer >= 1 (got 0)"),
+    ("collective", "two", "Error: gpus_per_process: must be an integer >= 1 (got two)"),
+    ("collective", "16", "Error: gpus_per_process: must not exceed the communicator's 8 GPU(s) per node"),
+    ("validate-nccl", "-1", "Error: gpus_per_process: must be an integer >= 1 (got -1)"),
+])
+def test_bad_gpus_per_process_is_one_line_exit_2(shared_data, command, value, message):
+    head = (["collective", "--op", "allreduce", "--sizes", "8"] if command == "collective" else
+            ["validate-nccl", str(shared_data / "nccl-tests" / "h100_8gpu_allreduce_ring_together.txt")])
+    r = run(*head, "--cluster", "dgx-h100", f"--gpus-per-process={value}")
+    assert r.exit_code == 2
+    assert r.output.startswith(message) and len(r.output.strip().splitlines()) == 1

@@ -12,12 +12,13 @@ A file may hold several sections (runs): a run of comment lines after result row
 The collective of a section comes from its comment lines (``alltoall_perf``, ``all_reduce`` ...), else
 from the file header, else from the ``op`` argument. Rows that cannot be read are skipped and listed with
 their line numbers. The NCCL release that ran is taken from the log when it states one (see
-:func:`nccl_version_of`).
+:func:`nccl_version_of`), and so is each section's launch setup, the GPUs one host thread drives (see
+:func:`launch_statement_of`; the benchmark's time floor it sets is :mod:`flowsim.nccl_models.launch`).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ import pandas as pd
 
 from flowsim.errors import ConfigError
 from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, busbw_factor, predict
+from flowsim.nccl_models.launch import check_gpus_per_process, launch_floor_s
 from flowsim.nccl_models.versions import version_from_code
 from flowsim.units import GB, US, MiB
 
@@ -47,6 +49,15 @@ _COLUMN_HEADER = re.compile(r"\bsize\b.*\b(count|busbw)|^\(B\)", re.I)
 _VERSION_CODE_LIB = re.compile(r"nccl-library=(\d{5,})")
 _VERSION_TEXT = re.compile(r"\bNCCL\b(?:\s+version)?\s*:?\s*v?(\d+\.\d+(?:\.\d+)?(?:[+-][\w.+-]*)?)")
 _VERSION_CODE_HEADERS = re.compile(r"nccl-headers=(\d{5,})")
+# Launch-setup statements (GPUs one host thread drives), most reliable first, each with the count it
+# implies (None: the captured number): nccl-tests' banner "nThread 1 nGpus 8" (GPUs per thread); the
+# command line "-g 8", with a "single process ... (-g 8)" phrase around it when there is one; "1 proc/GPU" /
+# "one process per GPU" (MPI launch, one GPU each).
+_LAUNCH_PATTERNS = (
+    (re.compile(r"\bnThreads?\s+\d+\s+nGpus\s+(\d+)"), None),
+    (re.compile(r"(?:single process[^#(]*(\()?\s*)?(?<![\w-])-g\s*(\d+)\b(?(1)\))", re.I), None),
+    (re.compile(r"\b(?:1|one)\s+proc(?:ess)?\s*(?:/|\s+per\s+)\s*GPU\b", re.I), 1),
+)
 COLUMNS = ["section", "section_title", "line", "op", "size_bytes", "count", "dtype", "time_s", "algbw_Bps",
            "busbw_Bps", "time_inplace_s", "algbw_inplace_Bps", "busbw_inplace_Bps", "time_derived"]
 
@@ -68,12 +79,32 @@ class NcclTestsLog:
         (line number, reason) of every non-comment line that could not be read.
     path : str
         The file read.
+    launch : dict[int, LaunchStatement]
+        Per section, the launch setup its comment lines state (:func:`launch_statement_of`; the first
+        section's are the file header); a later section that states none is not given the header's.
     """
 
     frame: pd.DataFrame
     skipped: tuple
     path: str
     nccl_version: str | None = None
+    launch: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LaunchStatement:
+    """What a log section says about how its benchmark was launched.
+
+    Attributes
+    ----------
+    gpus_per_process : int or None
+        GPUs one host thread/process drove; None when the section does not say.
+    evidence : str or None
+        The text it was read from (``"single process -g 8"``, ``"nThread 1 nGpus 8"``, ``"1 proc/GPU"``).
+    """
+
+    gpus_per_process: int | None = None
+    evidence: str | None = None
 
 
 def nccl_version_of(lines) -> str | None:
@@ -100,6 +131,32 @@ def nccl_version_of(lines) -> str | None:
                 text = m.group(1)
                 return version_from_code(int(text)) if pattern is not _VERSION_TEXT else text
     return None
+
+
+def launch_statement_of(lines) -> LaunchStatement:
+    """The launch setup comment lines state: GPUs driven by one host thread/process, and the text saying so.
+
+    Parameters
+    ----------
+    lines : iterable of str
+        Comment lines of one log section (the file header for the first).
+
+    Returns
+    -------
+    LaunchStatement
+        From, in this order: nccl-tests' banner ``nThread T nGpus N`` (N GPUs per thread), the command line
+        ``-g N`` (also inside "single process of all_reduce_perf over all local GPUs (-g 8)"), and
+        ``1 proc/GPU`` / ``one process per GPU`` (1). Empty when none is stated: the setup is then unknown,
+        not guessed (a header naming only "single host" or "n=4 GPUs" does not say how they were launched).
+    """
+    lines = list(lines)
+    for pattern, implied in _LAUNCH_PATTERNS:
+        for line in lines:
+            m = pattern.search(line)
+            if m:
+                count = implied if implied is not None else int(m.groups()[-1])
+                return LaunchStatement(count, m.group(0).strip())
+    return LaunchStatement()
 
 
 def _detect_op(texts) -> str | None:
@@ -174,7 +231,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
             break
         header.append(line)
     file_op = _detect_op(header) or op
-    rows, skipped = [], []
+    rows, skipped, launch = [], [], {}
     section, title, sec_op, comments, seen_data = 0, "", None, [], False
     size_busbw_layout = any(re.search(r"size\S*\s+busbw", h) for h in header)
     for no, raw in enumerate(lines, start=1):
@@ -195,6 +252,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
             sec_op = _detect_op(comments if section else [c for c in comments if "_perf" in c]) or file_op
             if size_busbw_layout is False and comments:
                 size_busbw_layout = any(re.search(r"size\S*\s+busbw", c) for c in comments)
+            launch[section] = launch_statement_of(comments)
             seen_data = True
         toks = line.split()
         if sec_op is None:
@@ -222,8 +280,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
     if not rows:
         raise ConfigError("log", "no nccl-tests result rows found", str(path))
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    return NcclTestsLog(frame, tuple(skipped), str(path), nccl_version_of(lines))
-
+    return NcclTestsLog(frame, tuple(skipped), str(path), nccl_version_of(lines), launch)
 
 
 @dataclass(frozen=True)
@@ -261,21 +318,25 @@ class NcclComparison:
     rows : pandas.DataFrame
         ``section``, ``line``, ``op``, ``size_bytes``, ``measured_time_s``, ``predicted_time_s``,
         ``measured_busbw_Bps``, ``predicted_busbw_Bps``, ``busbw_error`` (predicted / measured busbw - 1,
-        computed from the times so that busbw printed as 0.00 still counts), ``algo``, ``proto``.
+        computed from the times so that busbw printed as 0.00 still counts), ``algo``, ``proto``,
+        ``launch_floor_s`` (the benchmark's launch floor of the row's section, seconds; 0 for none).
     summary : AccuracySummary
         Median and max |busbw error| above and below 1 MiB.
     skipped : tuple[tuple[int, str], ...]
         Unreadable lines of the log (line number, reason).
+    launch : tuple[dict, ...]
+        Per section compared, the launch setup used (:func:`section_launch`).
     """
 
     rows: pd.DataFrame
     summary: AccuracySummary
     skipped: tuple
+    launch: tuple = ()
 
     def to_dict(self) -> dict:
-        """JSON-ready mapping: rows (records), summary, skipped."""
+        """JSON-ready mapping: rows (records), summary, skipped, launch."""
         return {"rows": self.rows.to_dict(orient="records"), "summary": self.summary.to_dict(),
-                "skipped": [{"line": n, "reason": r} for n, r in self.skipped]}
+                "skipped": [{"line": n, "reason": r} for n, r in self.skipped], "launch": list(self.launch)}
 
 
 def summarize(sizes_bytes, busbw_error) -> AccuracySummary:
@@ -303,8 +364,66 @@ def summarize(sizes_bytes, busbw_error) -> AccuracySummary:
     return AccuracySummary(*stats(large), *stats(small))
 
 
+def section_launch(log: NcclTestsLog, section: int, layout: CommLayout, gpus_per_process=None) -> dict:
+    """The launch setup one section of ``log`` is compared with.
+
+    Parameters
+    ----------
+    log : NcclTestsLog
+        The parsed log.
+    section : int
+        The section.
+    layout : CommLayout
+        The communicator (a process drives GPUs of its own node only).
+    gpus_per_process : int or str, optional
+        Override of what the log states, for every section.
+
+    Returns
+    -------
+    dict
+        ``section``; ``gpus_per_process`` (None when neither given nor stated: unknown, no floor);
+        ``source`` (``"given"``, ``"stated in the log"``, ``"not stated in the log"``); ``evidence`` (the
+        log's text, or None); ``floor_s`` (:func:`flowsim.nccl_models.launch.launch_floor_s`, seconds).
+    """
+    stated = log.launch.get(section, LaunchStatement())
+    setup = {"section": section, "gpus_per_process": None, "source": "not stated in the log",
+             "evidence": stated.evidence, "floor_s": 0.0}
+    if gpus_per_process is not None:
+        setup.update(gpus_per_process=gpus_per_process, source="given")
+    elif stated.gpus_per_process is not None:
+        setup.update(gpus_per_process=stated.gpus_per_process, source="stated in the log")
+    else:
+        return setup
+    count = check_gpus_per_process(setup["gpus_per_process"], layout.ranks_per_node)
+    return {**setup, "gpus_per_process": count, "floor_s": launch_floor_s(count)}
+
+
+def apply_launch_floor(cmp: NcclComparison, launch: tuple) -> NcclComparison:
+    """``cmp`` with every predicted time raised to its row's ``launch_floor_s`` (a no-op where it is 0).
+
+    Parameters
+    ----------
+    cmp : NcclComparison
+        A comparison whose rows carry ``launch_floor_s`` (seconds); the flow engine's
+        (``flowsim.collective_flows.flow_comparison``) keeps the column of the analytic rows it redoes.
+    launch : tuple of dict
+        The setups the floors come from (:func:`section_launch`), kept on the result.
+
+    Returns
+    -------
+    NcclComparison
+        ``predicted_time_s = max(predicted, floor)``, predicted busbw, error and summary recomputed.
+    """
+    rows = cmp.rows.copy()
+    floored = np.maximum(rows["predicted_time_s"], rows["launch_floor_s"])
+    rows["predicted_busbw_Bps"] *= rows["predicted_time_s"] / floored
+    rows["predicted_time_s"] = floored
+    rows["busbw_error"] = rows["measured_time_s"] / floored - 1.0
+    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), cmp.skipped, tuple(launch))
+
+
 def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | None = None,
-                       proto: str | None = None, sections=None) -> NcclComparison:
+                       proto: str | None = None, sections=None, gpus_per_process=None) -> NcclComparison:
     """Predict every row of ``log`` on ``layout`` and compare with the measurement.
 
     Parameters
@@ -317,6 +436,10 @@ def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | Non
         NCCL_ALGO / NCCL_PROTO overrides the run used (e.g. ``"ring"`` for a Ring-only run).
     sections : iterable of int, optional
         Sections of the log to compare (default all).
+    gpus_per_process : int or str, optional
+        GPUs one host thread drove in the benchmark, for every section; default: what each section states
+        (``log.launch``), no launch floor where it states nothing. More than one sets the floor
+        ``gpus_per_process x HOST_LAUNCH_S`` (:mod:`flowsim.nccl_models.launch`).
 
     Returns
     -------
@@ -331,6 +454,8 @@ def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | Non
             raise ConfigError("section", f"not in the log (sections: {sorted(set(df['section']))})",
                               sorted(unknown))
         df = df[df["section"].isin(wanted)]
+    launch = tuple(section_launch(log, s, layout, gpus_per_process) for s in sorted(set(df["section"])))
+    floor_of = {d["section"]: d["floor_s"] for d in launch}
     out = []
     for row in df.itertuples(index=False):
         est = predict(row.op, row.size_bytes, layout, algo=None if row.op in P2P_OPS else algo,
@@ -338,7 +463,9 @@ def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | Non
         factor = busbw_factor(row.op, layout.n_ranks)
         out.append((row.section, row.line, row.op, row.size_bytes, row.time_s, est.time_s,
                     row.size_bytes * factor / row.time_s, est.busbw_Bps, row.time_s / est.time_s - 1.0,
-                    est.algo, est.proto))
+                    est.algo, est.proto, floor_of[row.section]))
     rows = pd.DataFrame(out, columns=["section", "line", "op", "size_bytes", "measured_time_s", "predicted_time_s",
-                                      "measured_busbw_Bps", "predicted_busbw_Bps", "busbw_error", "algo", "proto"])
-    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), log.skipped)
+                                      "measured_busbw_Bps", "predicted_busbw_Bps", "busbw_error", "algo", "proto",
+                                      "launch_floor_s"])
+    model = NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), log.skipped)
+    return apply_launch_floor(model, launch)

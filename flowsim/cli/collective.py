@@ -13,9 +13,10 @@ from flowsim.config.cluster import CPUS
 from flowsim.config.loader import list_presets
 from flowsim.errors import ConfigError
 from flowsim.nccl_models import OPS, P2P_OPS, cost_table, predict
+from flowsim.nccl_models.launch import HOST_LAUNCH_S, check_gpus_per_process, launch_floor_s, with_launch_floor
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION, SUPPORTED_RANGE
 from flowsim.units import GB, GiB, KiB, MiB, US
-from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
+from flowsim.validation.nccl_tests import apply_launch_floor, compare_nccl_tests, read_nccl_tests
 
 POS_INT = click.IntRange(min=1)
 _SUFFIX = {"": 1, "K": KiB, "M": MiB, "G": GiB}
@@ -122,6 +123,10 @@ def _cluster_options(func):
         click.option("--nccl-version", help=f"NCCL release whose cost model applies ({SUPPORTED_RANGE}); default "
                                             f"{DEFAULT_NCCL_VERSION}, or for validate-nccl the release the log "
                                             "states."),
+        click.option("--gpus-per-process", help="GPUs one benchmark thread/process drives (nccl-tests -g N); > 1 "
+                                                f"sets the launch floor N x {HOST_LAUNCH_S / US:.2f} us per "
+                                                "iteration (docs/NCCL.md, Launch setup). Default 1 (one process "
+                                                "per GPU), or for validate-nccl what each log section states."),
         click.option("--engine", type=click.Choice(ENGINES), default="analytic", show_default=True,
                      help="analytic: NCCL's cost model with fill and calibration; flow: the algorithm's plan of "
                           "transfers run as flows on the cluster topology (docs/NCCL.md, Flow engine)."),
@@ -132,21 +137,29 @@ def _cluster_options(func):
     return func
 
 
-def _modelled_version(engine: str, requested: str | None, from_log: str | None = None) -> tuple[str, str]:
-    """The NCCL release to model and where it comes from: ``--nccl-version``, else the log's, else the default.
-
-    The flow engine (``flowsim.collective_flows``) builds its own layouts at the default release, so it
-    takes no other; asking for one raises ConfigError.
-    """
-    if engine == "flow":
-        if requested is not None and requested != DEFAULT_NCCL_VERSION:
-            raise ConfigError("--nccl-version", f"the flow engine models NCCL {DEFAULT_NCCL_VERSION} only", requested)
-        return DEFAULT_NCCL_VERSION, "the flow engine's only release"
+def _modelled_version(requested: str | None, from_log: str | None = None) -> tuple[str, str]:
+    """The NCCL release to model and where it comes from: ``--nccl-version``, else the log's, else the default."""
     if requested:
         return requested, "--nccl-version"
     if from_log:
         return from_log, "stated in the log"
     return DEFAULT_NCCL_VERSION, "default"
+
+
+def _launch_text(gpus_per_process: int | None, floor_s: float) -> str:
+    """``"8 GPUs per process: launch floor 36.6 us"`` for the header lines."""
+    if gpus_per_process is None:
+        return "launch setup unknown: no launch floor"
+    floor = f"launch floor {floor_s / US:.1f} us" if floor_s else "no launch floor"
+    return f"{gpus_per_process} GPU{'s' if gpus_per_process > 1 else ''} per process: {floor}"
+
+
+def _launch_line(setup: dict) -> str:
+    """Header line of one compared section's launch setup (:func:`~flowsim.validation.nccl_tests.section_launch`)."""
+    origin = "--gpus-per-process" if setup["source"] == "given" else setup["source"]
+    if setup["evidence"] and setup["source"] != "given":
+        origin += f' "{setup["evidence"]}"'
+    return f"# section {setup['section']}: {_launch_text(setup['gpus_per_process'], setup['floor_s'])} ({origin})"
 
 
 def _count(op: str, size: int, n_ranks: int) -> int:
@@ -162,37 +175,46 @@ def _count(op: str, size: int, n_ranks: int) -> int:
 @_cluster_options
 @user_errors
 def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-               nccl_version, engine, as_json):
+               nccl_version, gpus_per_process, engine, as_json):
     """Predict one collective over a size sweep, printed like nccl-tests (plus NCCL's algo/proto).
 
     Sizes follow nccl-tests: for allgather, reducescatter and alltoall SIZE is the total buffer
     (per-rank count x ranks x 4 B); busbw uses nccl-tests' factors (allreduce 2(n-1)/n; allgather,
-    reducescatter, alltoall (n-1)/n; others 1). Example:
+    reducescatter, alltoall (n-1)/n; others 1). With --gpus-per-process N > 1 the times are those of a
+    benchmark driving N GPUs from one thread: at least N host launch times (the cost table of --explain is
+    NCCL's, without that floor). Example:
 
     \b
         flowsim collective --op allreduce --cluster dgx-h100 --nodes 2 --sizes 1M:1G
     """
     cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
-    layout = group_layout(cfg, spec, cfg.num_gpus, 1, nccl_version=_modelled_version(engine, nccl_version)[0])
+    layout = group_layout(cfg, spec, cfg.num_gpus, 1, nccl_version=_modelled_version(nccl_version)[0])
     if explain and op in P2P_OPS:
         raise ConfigError("--explain", f"{op} is point-to-point: NCCL has no cost table for it", op)
+    per_process = check_gpus_per_process(gpus_per_process or 1, layout.ranks_per_node)
+    launch = {"gpus_per_process": per_process, "floor_s": launch_floor_s(per_process),
+              "source": "--gpus-per-process" if gpus_per_process else "default: one process per GPU"}
     rows, tables = [], []
     for size in parse_sizes(sizes):
         if engine == "flow":
-            est = run_collective(cfg, spec, op, size, list(range(cfg.num_gpus)), algo=algo, proto=proto)
+            est = run_collective(cfg, spec, op, size, list(range(cfg.num_gpus)), algo=algo, proto=proto,
+                                 nccl_version=layout.nccl_version)
         else:
             est = predict(op, size, layout, algo=algo, proto=proto)
+        est = with_launch_floor(est, per_process)
         rows.append({**est.to_dict(), "count": _count(op, size, layout.n_ranks), "type": NCCL_TESTS_TYPE})
         if explain:
             tables.append((size, cost_table(op, size, layout)))
     if as_json:
-        out = {"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "engine": engine, "rows": rows}
+        out = {"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "engine": engine, "launch": launch,
+               "rows": rows}
         if explain:
             out["cost_tables"] = [{"size_bytes": s, "rows": t.to_dict(orient="records")} for s, t in tables]
         echo_json(out)
         return
     click.echo(f"# {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x {layout.ranks_per_node}, "
-               f"{layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} engine; GB/s = 1e9 B/s")
+               f"{layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} engine; "
+               f"{_launch_text(per_process, launch['floor_s'])}; GB/s = 1e9 B/s")
     click.echo(format_table([{**r, "time_us": r["time_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
                               "busbw_GBps": r["busbw_Bps"] / GB} for r in rows], _TABLE))
     for size, table in tables:
@@ -210,24 +232,28 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
 @_cluster_options
 @user_errors
 def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-                  nccl_version, engine, as_json):
+                  nccl_version, gpus_per_process, engine, as_json):
     """Compare an nccl-tests / rccl-tests LOG with the model: per size, measured and predicted time and busbw.
 
     The summary gives the median and max |busbw error| for sizes >= 1 MiB and below; busbw error =
     predicted / measured busbw - 1 (positive: the model is too fast). Lines that cannot be read are
     listed with their numbers. The NCCL release modelled is --nccl-version, else the one the log states
-    (e.g. "NCCL 2.19.3", "nccl-library=21903"), else 2.30.7. Example:
+    (e.g. "NCCL 2.19.3", "nccl-library=21903"), else 2.30.7. The launch setup (GPUs one benchmark
+    thread drove, which sets a time floor) is --gpus-per-process, else what each section states ("-g 8",
+    "nThread 1 nGpus 8", "1 proc/GPU"), else unknown: no floor. Example:
 
     \b
         flowsim validate-nccl all_reduce.log --cluster dgx-h100 --algo ring
     """
     cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
     parsed = read_nccl_tests(log, op=op, n_ranks=cfg.num_gpus)
-    version, source = _modelled_version(engine, nccl_version, parsed.nccl_version)
+    version, source = _modelled_version(nccl_version, parsed.nccl_version)
     layout = group_layout(cfg, spec, cfg.num_gpus, 1, nccl_version=version)
-    cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None)
+    cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None,
+                             gpus_per_process=gpus_per_process)
     if engine == "flow":
-        cmp = flow_comparison(cmp, cfg, spec, algo=algo, proto=proto)
+        cmp = apply_launch_floor(flow_comparison(cmp, cfg, spec, algo=algo, proto=proto, nccl_version=version),
+                                 cmp.launch)
     if as_json:
         echo_json({"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "nccl_version_source": source,
                    "log_nccl_version": parsed.nccl_version, "engine": engine, **cmp.to_dict()})
@@ -237,6 +263,8 @@ def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_nod
              "error_pct": 100 * r["busbw_error"]} for r in cmp.rows.to_dict(orient="records")]
     click.echo(f"# NCCL {layout.nccl_version} modelled ({source}; log states "
                f"{parsed.nccl_version or 'no NCCL version'}); {engine} engine")
+    for setup in cmp.launch:
+        click.echo(_launch_line(setup))
     click.echo(format_table(rows, _COMPARE))
     s = cmp.summary
     click.echo(f"\nsizes >= 1 MiB: {s.n_large} rows, median |busbw error| {100 * s.median_abs_error_large:.1f} %, "
