@@ -18,7 +18,7 @@ One command writes it: ``flowsim report docs`` (or ``python -m flowsim.validatio
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flowsim.comm_layout import preset_layout
@@ -156,6 +156,8 @@ def compare_dataset(data_dir: Path, d: NcclDataset):
     layout = preset_layout(d.cluster, d.option("nodes", 1), None, None, d.option("nic_gbps"), d.option("gpu"),
                           d.option("cpu"))
     log = read_nccl_tests(data_dir / "nccl-tests" / d.file, op=d.option("op"), n_ranks=layout.n_ranks)
+    if log.nccl_version:  # the release the log states, as validate-nccl models it
+        layout = replace(layout, nccl_version=log.nccl_version)
     return compare_nccl_tests(log, layout, algo=d.option("algo"), sections=[d.section])
 
 
