@@ -42,9 +42,13 @@ With F = B = W and no transfer time every schedule's simulated bubble equals its
 unequal costs the list schedule gives its own value: ZB-H1's formula holds exactly while W <= min(F, B),
 DualPipe's while F = B (the input-gradient pass) and W <= B (checked over random costs).
 
-What is not modelled: a DualPipe F&B call runs its forward, backward and weight-gradient passes back to
-back, so the overlap of one chunk's expert all-to-all and pipeline sends with the other chunk's compute
-(the point of DualPipe's pairing) is not credited; each call's outputs are sent when it ends, as in the
+DualPipe's pairing: in an F&B call the forward's and the backward's expert all-to-alls run beside the other
+pass's compute (DeepSeek-V3 sec. 3.2.1), so the call lasts ``overlapped_s(compute, all-to-all, SMs)``
+(:func:`flowsim.simulate.overlapped_s`: the longer of the two, compute slowed while NCCL holds its SMs)
+instead of their sum; the saving is taken off the B pass.
+
+What is not modelled: the pipeline sends inside a call are not overlapped; each call's outputs are sent
+when it ends, as in the
 reference, but its batched receives do not hold the rank back. The gradients of the two copies of each
 model stage are not reduced with each other. Sends never block the sender and the two directions'
 transfers do not contend. ZB-H1's activations are counted until W (part of them is freed at B).
@@ -358,8 +362,34 @@ def _inputs(order, publish, up, down, m):
 
 
 @njit(cache=True)
-def _run(order, src, src_pass, fwd_s, bwd_s, w_s, p2p_s):
-    """List-schedule every stage's passes; returns start/end per pass (seconds) and how many ran.
+def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
+    """float64[p, n_ops]: seconds of every pass. A forward and the backward after it that share a DualPipe
+    call (same ``publish``) together last what the pairing leaves: the two passes' communication
+    (``comm_f`` of the forward's chunk, ``comm_b`` of the backward's, seconds, included in ``fwd_s`` and
+    ``bwd_s``) runs beside their compute, which it slows while it holds ``share`` of the SMs
+    (:func:`flowsim.simulate.overlapped_s`)."""
+    p, n, _ = order.shape
+    dur = np.zeros((p, n))
+    for s in range(p):
+        for i in range(n):
+            kind, c = order[s, i, 0], order[s, i, 2]
+            dur[s, i] = fwd_s[s, c] if kind == FWD else (bwd_s[s, c] if kind == BWD else w_s[s, c])
+            if kind == BWD and i > 0 and order[s, i - 1, 0] == FWD and publish[s, i - 1] == publish[s, i]:
+                cf = order[s, i - 1, 2]
+                comm = comm_f[s, cf] + comm_b[s, c]
+                comp = fwd_s[s, cf] + bwd_s[s, c] - comm
+                r = 1.0 - share
+                paired = comm if (r <= 0.0 or comm >= comp / r) else comp + comm * share
+                # the call's outputs leave when it ends, so only the pair's total matters
+                dur[s, i - 1] = min(dur[s, i - 1], paired)
+                dur[s, i] = paired - dur[s, i - 1]
+    return dur
+
+
+@njit(cache=True)
+def _run(order, src, src_pass, dur, p2p_s):
+    """List-schedule every stage's passes (``dur``: seconds of each); returns start/end per pass
+    (seconds) and how many ran.
 
     A pass starts when its stage is free and its input (:func:`_inputs`) has arrived: ``p2p_s`` after
     the source pass ends when it ran on another stage.
@@ -382,10 +412,8 @@ def _run(order, src, src_pass, fwd_s, bwd_s, w_s, p2p_s):
                     if nxt[q] <= j:
                         break
                     ready = end[q, j] + (p2p_s if q != s else 0.0)
-                kind, c = order[s, i, 0], order[s, i, 2]
-                dur = fwd_s[s, c] if kind == FWD else (bwd_s[s, c] if kind == BWD else w_s[s, c])
                 t0 = max(free[s], ready)
-                free[s] = t0 + dur
+                free[s] = t0 + dur[s, i]
                 start[s, i] = t0
                 end[s, i] = free[s]
                 nxt[s] += 1
@@ -477,7 +505,7 @@ def held_microbatches(schedule: str, p: int, v: int, m: int) -> tuple:
 
 
 def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, bwd_s: np.ndarray,
-                      p2p_s: float, wgrad_s: np.ndarray | None = None) -> PipelineTimeline:
+                      p2p_s: float, wgrad_s: np.ndarray | None = None, overlap_comm=None) -> PipelineTimeline:
     """Run a pipeline schedule.
 
     Parameters
@@ -495,6 +523,10 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
     wgrad_s : float64[p, v], optional
         For ``zb-h1`` and ``dualpipe``: the weight-gradient part of ``bwd_s``, run as its own W pass (the
         B pass then lasts ``bwd_s - wgrad_s``). Ignored by the other schedules.
+    overlap_comm : (float64[p, v], float64[p, v], float), optional
+        For ``dualpipe``: the communication inside ``fwd_s`` and inside the B pass (seconds) that a paired
+        forward-and-backward call hides behind the other pass's compute (the expert all-to-alls, DeepSeek-V3
+        sec. 3.2.1), and the share of the SMs it holds meanwhile. Ignored by the other schedules.
     """
     fwd_s = np.ascontiguousarray(fwd_s, dtype=np.float64)
     bwd_s = np.ascontiguousarray(bwd_s, dtype=np.float64)
@@ -504,7 +536,13 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
     if schedule in SPLIT_BACKWARD and wgrad_s is not None:
         w_s = np.ascontiguousarray(wgrad_s, dtype=np.float64)
         bwd_s = bwd_s - w_s
-    start, end, done = _run(plan.order, plan.src, plan.src_pass, fwd_s, bwd_s, w_s, float(p2p_s))
+    comm_f = comm_b = np.zeros_like(fwd_s)
+    share = 0.0
+    if schedule == "dualpipe" and overlap_comm is not None:
+        comm_f, comm_b = (np.ascontiguousarray(a, dtype=np.float64) for a in overlap_comm[:2])
+        share = float(overlap_comm[2])
+    dur = _durations(plan.order, plan.publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share)
+    start, end, done = _run(plan.order, plan.src, plan.src_pass, dur, float(p2p_s))
     assert done == end.size, "pipeline schedule deadlocked"
     rows = np.arange(p)[:, None]
     return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=(end - start).sum(axis=1),

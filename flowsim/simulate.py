@@ -181,6 +181,17 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
     return out
 
 
+def _paired_comm(wl, comms: _Comms, kinds) -> tuple:
+    """What DualPipe's F&B pairing can hide (see :func:`flowsim.schedule.simulate_pipeline`): the expert
+    all-to-all seconds per micro-batch in each (stage, chunk)'s forward and backward, and the share of the
+    SMs the all-to-all holds."""
+    ep_f = sum(n_l * blk["ep_fwd"] for blk, n_l, _ in kinds)
+    ep_b = sum(n_l * blk["ep_bwd"] + n_r * blk["ep_recompute"] for blk, n_l, n_r in kinds)
+    sms = max((comms.ctas(c.group, c.op, c.size_bytes) for c in (wl.moe_layer.comms if wl.moe_layer else ())
+               if c.group == "ep"), default=0)
+    return ep_f, ep_b, sms / comms.gpu.sm_count
+
+
 def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
     blocks = {"layer": wl.layer, "embedding": wl.embedding, "head": wl.head}
     if wl.moe_layer is not None:
@@ -387,8 +398,9 @@ def simulate(config=None, **overrides) -> Result:
         bwd_s[s, c] += part(head, "bwd")
 
     p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * int(runs.sum())) if p > 1 else 0.0
-    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s)
-    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s) if p > 1 else tl
+    hidden = _paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" else None
+    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s, hidden)
+    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s, hidden) if p > 1 else tl
     pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
 
     dp_x = [sum(_dp_exposed(cfg, wl, comms, tl, s)) for s in range(p)]
@@ -396,6 +408,8 @@ def simulate(config=None, **overrides) -> Result:
     mems = [stage_memory(cfg, wl, s) for s in range(p)]
     step = float(max(tl.end_s[s] + dp_x[s] + opt_s[s] for s in range(p)))
 
+    # expert all-to-all time that DualPipe's pairing hid: the passes' full times less what the stages ran
+    hid = (fwd_s + bwd_s) @ runs - tl.busy_s if hidden is not None else np.zeros(p)
     stages = []
     for s in range(p):
         tot = dict.fromkeys(("compute", "tp", "cp", "ep"), 0.0)
@@ -407,6 +421,7 @@ def simulate(config=None, **overrides) -> Result:
         for blk, n in ((emb, n_emb), (head, n_head)):
             tot["compute"] += n * (blk["compute_fwd"] + blk["compute_bwd"])
             tot["tp"] += n * (blk["tp_fwd"] + blk["tp_bwd"])
+        tot["ep"] -= max(0.0, float(hid[s]))
         dp_c = int(L[s] @ runs) * (fsdp_f + fsdp_b) + dp_x[s] + n_emb * first_gather
         busy = sum(tot.values()) + dp_c + opt_s[s] + pp_exposed
         stages.append(StageBreakdown(stage=s, compute_s=tot["compute"], tp_comm_s=tot["tp"], cp_comm_s=tot["cp"],
