@@ -243,6 +243,37 @@ def test_captured_kernels_agree_with_parametric_model(parallel, zero_stage):
     assert r.step_time_s == pytest.approx(res.step_time_s, rel=0.05)
 
 
+def test_coalesced_and_object_collectives():
+    """torch.distributed._coalescing_manager (Megatron-core's DDP buckets) issues coalesced c10d ops, which torch
+    registers without a Meta kernel: they get one during a capture, and lose it after. Object collectives
+    (all_gather_object in Megatron's optimizer set-up) see this rank's objects on every rank."""
+    dist = torch.distributed
+
+    def step():
+        xs, outs = [torch.ones(4, 8), torch.ones(16)], [torch.empty(16, 8), torch.empty(64)]
+        for collective in (lambda o, x: dist.all_reduce(x, async_op=True),
+                           lambda o, x: dist.all_gather_into_tensor(o, x, async_op=True),
+                           lambda o, x: dist.reduce_scatter_tensor(x, o, async_op=True)):
+            with dist._coalescing_manager(async_ops=True) as cm:
+                for o, x in zip(outs, xs):
+                    collective(o, x)
+            cm.wait()
+        gathered, objects = [None] * 4, ["mine"]
+        dist.all_gather_object(gathered, {"rank": dist.get_rank()})
+        dist.broadcast_object_list(objects, src=0)
+        assert gathered == [{"rank": 2}] * 4 and objects == ["mine"]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's deprecation
+        w = capture(step, world_size=4, rank=2, warmup_steps=0)
+    # fp32: all-reduce the two tensors (32 + 16 elements), gather into / scatter from the two outputs (128 + 64)
+    assert [(c["name"], c["op"], c["size_bytes"]) for c in w.comms()] == [
+        ("c10d.allreduce_coalesced_.default", "allreduce", 4 * (32 + 16)),
+        ("c10d.allgather_into_tensor_coalesced_.default", "allgather", 4 * (128 + 64)),
+        ("c10d.reduce_scatter_tensor_coalesced_.default", "reducescatter", 4 * (128 + 64))]
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_coalesced_", "Meta")
+
+
 def test_step_that_raises():
     def step():
         raise RuntimeError("boom")

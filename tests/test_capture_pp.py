@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
-from flowsim.capture import CapturedWorkload, Stage, load  # noqa: E402
+from flowsim.capture import CapturedWorkload, Stage, capture, load  # noqa: E402
 from flowsim.captured import simulate_workload  # noqa: E402
 from flowsim.cli import main  # noqa: E402
 from flowsim.errors import ConfigError  # noqa: E402
@@ -126,3 +126,24 @@ def test_stages_that_are_not_neighbours_are_rejected(pp):
     ops[last] = {k: v for k, v in ops[last].items() if k != "peer"}
     with pytest.raises(ConfigError, match=r"^stages\[3\]: must exchange 2 messages per micro-batch"):
         simulate_workload(short, "dgx-h100")
+
+
+def test_isend_irecv_and_batched_p2p_rows():
+    """isend / irecv and batch_isend_irecv (what Megatron-core's pipeline uses) are recorded like send / recv:
+    blocking sendrecv rows whose peer is the global rank, also in a subgroup."""
+    dist = torch.distributed
+
+    def step():
+        x, y = torch.ones(4, 8), torch.empty(4, 8)
+        dist.isend(x, dst=3).wait()
+        dist.irecv(y, src=1).wait()
+        pair = dist.new_group([2, 6])
+        for req in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, 6, pair), dist.P2POp(dist.irecv, y, 6, pair)]):
+            req.wait()
+
+    w = capture(step, world_size=8, rank=2, warmup_steps=0)
+    assert [(c["name"], c["peer"], c["op"], c["size_bytes"], c["blocking"], w.groups[c["group"]])
+            for c in w.comms()] == [("c10d.send.default", 3, "sendrecv", 128, True, list(range(8))),
+                                    ("c10d.recv_.default", 1, "sendrecv", 128, True, list(range(8))),
+                                    ("c10d.send.default", 6, "sendrecv", 128, True, [2, 6]),
+                                    ("c10d.recv_.default", 6, "sendrecv", 128, True, [2, 6])]

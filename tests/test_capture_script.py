@@ -7,7 +7,9 @@ capture of the same model op for op.
 """
 import json
 import os
+import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from flowsim.capture import capture, capture_script, gpt_example, load  # noqa: E402
+from flowsim.capture import script as script_module  # noqa: E402
 from flowsim.cli import main  # noqa: E402
 from flowsim.errors import ConfigError  # noqa: E402
 
@@ -77,6 +80,7 @@ def test_launcher_environment_cuda_calls_and_restore(tmp_path):
         device = torch.device("cuda", torch.cuda.current_device())
         model = torch.nn.Linear(64, 32).to(device).cuda()
         x = torch.randn(8, 64).cuda().pin_memory()
+        assert x.type() == "torch.cuda.FloatTensor" and x.type(torch.bfloat16).dtype == torch.bfloat16
         with torch.autocast("cuda", dtype=torch.bfloat16):
             y = model(x + torch.ones(64, device="cuda:5"))
         dist.all_reduce(y)
@@ -92,6 +96,30 @@ def test_launcher_environment_cuda_calls_and_restore(tmp_path):
     assert not torch.distributed.is_initialized()
     assert "RANK" not in os.environ and "FLOWSIM_CAPTURE" not in os.environ
     assert not torch.cuda.is_available()
+
+
+def test_framework_state_is_reset_between_ranks(tmp_path, monkeypatch):
+    """Every rank runs in this process: a framework that keeps its process groups in module globals (Megatron's
+    parallel_state, which refuses a second initialisation) has them reset after each rank."""
+    state = types.ModuleType("flowsim_test_parallel_state")
+    state.group = None
+
+    def reset():
+        state.group = None
+
+    state.reset = reset
+    monkeypatch.setitem(sys.modules, state.__name__, state)
+    monkeypatch.setattr(script_module, "FRAMEWORK_RESETS", {state.__name__: "reset"})
+    script = _script(tmp_path, """
+        import torch, torch.distributed as dist
+        import flowsim_test_parallel_state as state
+        assert state.group is None, "initialised twice"
+        state.group = dist.new_group([0, 1])
+        dist.all_reduce(torch.ones(4), group=state.group)
+        """)
+    w = capture_script([script], world_size=4, ranks=[0, 1])
+    assert [[c["size_bytes"] for c in w.comms(s)] for s in range(2)] == [[16], [16]]
+    assert state.group is None
 
 
 STEPS = """

@@ -8,6 +8,8 @@ Inside :func:`cpu_for_cuda`:
 * ``Tensor.cuda()``, ``Tensor.pin_memory()``, ``Module.cuda()`` and a ``Module.to(device)`` that changes
   no dtype return their tensor or module unchanged (``Module._apply`` would try to swap the fake
   parameters with themselves, which fails);
+* ``Tensor.type()`` names the CUDA type (``"torch.cuda.BFloat16Tensor"``): scripts check it (Megatron-core's
+  mixed-precision optimizer refuses parameters of other types); ``Tensor.type(dtype)`` converts as usual;
 * ``torch.autocast("cuda", ...)`` becomes CPU autocast, ``init_device_mesh("cuda", ...)`` a CPU mesh,
   ``DistributedDataParallel(model, device_ids=[local_rank])`` drops its (CUDA) ``device_ids``;
 * ``torch.cuda.is_available()`` is True, ``device_count()`` is the ranks per node, ``current_device()``
@@ -47,6 +49,8 @@ def _function_mode():
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if func in identity:
                 return args[0]
+            if func is torch.Tensor.type and len(args) == 1 and not kwargs:  # the type's name, as on CUDA
+                return func(*args).replace("torch.", "torch.cuda.", 1)
             if func is torch.device:  # torch.device("cuda", 3) -> cpu, not cpu:3
                 return _cpu_device(func(*args, **(kwargs or {})))
             kwargs = kwargs or {}

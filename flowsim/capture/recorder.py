@@ -30,14 +30,20 @@ DDP's start-up check of parameter shapes across ranks reads tensor values and is
 construction (which reads its rank table) runs outside the fake mode; after each warm-up step DDP's
 buckets are rebuilt, as DDP does after its first iteration, so that the recorded step has the
 steady-state buckets (the int32 index tensor the rebuild fills is real, everything else stays fake); a
-rebuild DDP starts itself at the next forward gets the same real int32 tensor.
+rebuild DDP starts itself at the next forward gets the same real int32 tensor. The coalesced c10d
+collectives (``torch.distributed._coalescing_manager``, Megatron-core's DDP), which torch registers without
+a Meta kernel, get their CPU kernel as one (it hands the tensors to the fake group). ``all_gather_object``
+gives every rank this rank's object and ``broadcast_object_list`` keeps this rank's list (the real ones
+read pickled sizes from tensors).
 
 Rows the autograd engine issues (the backward pass, its hooks and callbacks) are tagged
-``backward: True``; point-to-point rows carry the peer's global rank (``peer``).
+``backward: True``; point-to-point rows (send / recv, isend / irecv, ``batch_isend_irecv``) carry the
+peer's global rank (``peer``) and are blocking.
 """
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 
 from flowsim.capture import convert
@@ -232,13 +238,53 @@ def _framework_patches(stack, recorder, ddps):
         with _real_int_tensors():
             return pre_forward(self, *args, **kwargs)
 
+    stack.enter_context(_meta_kernels_for_coalesced_collectives())
+    for module in (dist, dist.distributed_c10d):
+        stack.enter_context(patched(module, "all_gather_object", _all_gather_object))
+        stack.enter_context(patched(module, "broadcast_object_list", _broadcast_object_list))
     stack.enter_context(patched(ddp_mod, "_verify_param_shape_across_processes", lambda *a, **k: None))
     stack.enter_context(patched(ddp_cls, "__init__", init))
     stack.enter_context(patched(ddp_cls, "_pre_forward", pre_forward_real_ints))
     stack.enter_context(patched(device_mesh.DeviceMesh, "__init__", outside_fake(device_mesh.DeviceMesh.__init__)))
-    wrapped_init_mesh = outside_fake(device_mesh.init_device_mesh)
-    stack.enter_context(patched(device_mesh, "init_device_mesh", wrapped_init_mesh))
-    stack.enter_context(patched(dist, "init_device_mesh", wrapped_init_mesh))
+    original_init_mesh = device_mesh.init_device_mesh
+    wrapped_init_mesh = outside_fake(original_init_mesh)
+    # every module that already imported the name (FSDP2's _fsdp_init, once anything imported it) calls it
+    # through its own binding
+    for module in [m for m in list(sys.modules.values()) if m is not None]:
+        if getattr(module, "init_device_mesh", None) is original_init_mesh:
+            stack.enter_context(patched(module, "init_device_mesh", wrapped_init_mesh))
+
+
+def _all_gather_object(object_list, obj, group=None):
+    """``torch.distributed.all_gather_object`` during a capture: every rank runs the same program, so every
+    rank's object is this rank's (the real call pickles ``obj`` into a tensor and reads its size)."""
+    object_list[:] = [obj] * len(object_list)
+
+
+def _broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+    """``torch.distributed.broadcast_object_list`` during a capture: the list keeps this rank's objects."""
+
+
+@contextlib.contextmanager
+def _meta_kernels_for_coalesced_collectives():
+    """Within the block, the c10d collectives of :data:`convert.C10D_OPS` that have no Meta kernel (the
+    coalesced ones: ``allreduce_coalesced_``, ``allgather_into_tensor_coalesced_``,
+    ``reduce_scatter_tensor_coalesced_``, which ``torch.distributed._coalescing_manager`` issues, e.g. for
+    Megatron-core's DDP buckets) run on fake tensors: their Meta kernel is their CPU kernel, which hands the
+    tensors to the fake process group and returns its Work without touching the data."""
+    import torch
+
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    lib = torch.library.Library("c10d", "IMPL")
+    try:
+        for qualified in convert.C10D_OPS:
+            namespace, name, _ = qualified.split(".")
+            if namespace == "c10d" and not torch._C._dispatch_has_kernel_for_dispatch_key(f"c10d::{name}", "Meta"):
+                op = getattr(torch.ops.c10d, name).default
+                lib.impl(name, lambda *args, _op=op: _op.redispatch(cpu, *args), "Meta")
+        yield
+    finally:
+        lib._destroy()
 
 
 def _real_int_tensors():

@@ -9,7 +9,9 @@ The script runs in this process (``runpy``, ``sys.argv = [train.py, *ARGS]``, it
 * torch.distributed already initialised on the fake process group; the script's ``init_process_group``
   (any backend) and ``destroy_process_group()`` do nothing, and ``new_group`` makes fake groups whatever
   backend it names;
-* tensors fake, CUDA requests on the CPU (:mod:`flowsim.capture.devices`).
+* tensors fake, CUDA requests on the CPU (:mod:`flowsim.capture.devices`);
+* after each rank, frameworks that keep process groups in module globals forget them
+  (:data:`FRAMEWORK_RESETS`: Megatron-core's ``parallel_state``), so the next rank's run builds its own.
 
 What is recorded: the ops of the steps the script marks with :func:`step` (the last one, or the
 ``step``-th, after which the script is stopped), or, in a script with no marker, everything it runs.
@@ -30,6 +32,11 @@ from flowsim.capture.recorder import patched, session
 from flowsim.errors import ConfigError
 
 ENV_FLAG = "FLOWSIM_CAPTURE"
+FRAMEWORK_RESETS = {"megatron.core.parallel_state": "destroy_model_parallel"}
+"""Module -> its function that forgets the process groups it keeps in module globals. Every captured rank runs
+the script in this process, and the groups of the previous rank belong to its closed session: after each rank
+the function of every such module the script imported is called (Megatron refuses a second
+``initialize_model_parallel`` otherwise)."""
 _active = None
 """The script capture running now (a :class:`_ScriptRun`), which :func:`step` reports to."""
 
@@ -159,10 +166,18 @@ def _capture_rank(target: tuple, world_size: int, rank: int, wanted, local_world
         finally:
             _active = None
             sess.recorder.paused = True
+            _reset_frameworks()
         run.select()
     if not sess.recorder.ops:
         raise ConfigError("script", "recorded no op (no torch op ran in the recorded part)", target[1])
     return sess.workload()
+
+
+def _reset_frameworks() -> None:
+    """Call the reset function of every :data:`FRAMEWORK_RESETS` module that is imported."""
+    for module, function in FRAMEWORK_RESETS.items():
+        if module in sys.modules:
+            getattr(sys.modules[module], function)()
 
 
 def _launcher_env(world_size: int, rank: int, local_world_size: int) -> dict:
