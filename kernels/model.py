@@ -3,10 +3,11 @@
 ``time = max(latency + max(flops / (peak * eff_c), bytes / (hbm_Bps * eff_m)), KERNEL_MIN_TIME_S)`` per op, where
 
 - GEMM ``eff_c`` = measured MAMF ceiling x tile and wave quantisation, and ``latency`` = the measured fixed
-  time of a GEMM launch (flowsim.kernels.gemm; 0 for other kinds),
+  time of a GEMM launch (flowsim.kernels.gemm),
 - attention ``eff_c`` = FlashAttention table interpolated on log(seq_k) and head dim (flowsim.kernels.attention),
 - ``eff_m`` = measured stream efficiency (flowsim.kernels.memory), for every kind; ``memory`` rows have only this
-  term (their ``flops`` are reported, not priced).
+  term (their ``flops`` are reported, not priced) and the fixed time of a memory-bound launch as ``latency``
+  (flowsim.kernels.memory, measured in profiler traces); attention has no ``latency``.
 
 A GPU without its own measurement takes the efficiency of its reference GPU (flowsim.kernels.reference); since
 ``peak`` and ``hbm_Bps`` are the target's own, compute-bound times scale by the FLOP/s ratio and memory-bound
@@ -28,7 +29,7 @@ from flowsim.kernels.gemm import (
     latency_reference,
     mamf_ceiling,
 )
-from flowsim.kernels.memory import memory_reference, stream_efficiency
+from flowsim.kernels.memory import memory_latency_reference, memory_latency_s, memory_reference, stream_efficiency
 from flowsim.kernels.ops import validate_ops
 from flowsim.kernels.reference import Reference, warn_if_scaled
 from flowsim.units import DTYPE_BYTES
@@ -85,9 +86,9 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -
     -------
     pandas.DataFrame
         ``time_s = max(latency_s + max(compute_s, memory_s), KERNEL_MIN_TIME_S)``; ``compute_s`` (FLOP over the
-        efficient peak), ``memory_s`` (bytes over the efficient bandwidth) and ``latency_s`` (fixed GEMM launch
-        latency; 0 for other kinds) in seconds; ``bound``: ``compute``, ``memory`` or ``latency`` (the fixed
-        latency or the launch floor is the largest term); ``flops`` (FLOP) and ``bytes`` used;
+        efficient peak), ``memory_s`` (bytes over the efficient bandwidth) and ``latency_s`` (fixed launch time
+        of GEMM and memory rows; 0 for attention) in seconds; ``bound``: ``compute``, ``memory`` or ``latency``
+        (the fixed latency or the launch floor is the largest term); ``flops`` (FLOP) and ``bytes`` used;
         ``achieved_flop_per_s`` = flops / time_s.
     """
     p = _price(ops, gpu, attention_impl)
@@ -122,7 +123,7 @@ def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str) -> dict:
             (f"attn_{p_}", lambda r, p_=p_: _attention_terms(a, r, dtype, p_, gpu, mem_Bps, attention_impl, refs))
             for p_ in ("fwd", "bwd")
         ]
-        groups.append(("memory", lambda r: _memory_terms(a, r, mem_Bps)))
+        groups.append(("memory", lambda r: _memory_terms(a, r, gpu, mem_Bps, refs)))
         for kind_name, terms in groups:
             rows = np.flatnonzero(this & (kind == kind_name))
             if rows.size:
@@ -185,11 +186,13 @@ def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs):
     return flops / (attn.fp16_peak(gpu) * eff), nbytes / mem_Bps, np.zeros(rows.size), flops, nbytes
 
 
-def _memory_terms(a, rows, mem_Bps):
-    # Memory-bound rows are priced by their bytes alone; their FLOP (elementwise arithmetic) are carried for
-    # reporting only (an Adam step does ~1 FLOP per byte, far below every GPU's ridge point).
-    zeros = np.zeros(rows.size)
-    return zeros, a["bytes"][rows] / mem_Bps, zeros, a["flops"][rows], a["bytes"][rows]
+def _memory_terms(a, rows, gpu, mem_Bps, refs):
+    # Memory-bound rows are priced by their bytes plus the fixed launch time; their FLOP (elementwise arithmetic)
+    # are carried for reporting only (an Adam step does ~1 FLOP per byte, far below every GPU's ridge point).
+    ref = memory_latency_reference(gpu)
+    refs.append(ref)
+    latency = np.full(rows.size, memory_latency_s(ref.measured))
+    return np.zeros(rows.size), a["bytes"][rows] / mem_Bps, latency, a["flops"][rows], a["bytes"][rows]
 
 
 def gemm_time(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, batch: int = 1) -> float:
@@ -284,7 +287,8 @@ def memory_time(nbytes: float, gpu: GPUSpec) -> float:
     Returns
     -------
     float
-        ``max(nbytes / (hbm_Bps * eff_m), KERNEL_MIN_TIME_S)`` seconds.
+        ``max(latency + nbytes / (hbm_Bps * eff_m), KERNEL_MIN_TIME_S)`` seconds (``latency``: the fixed time
+        of a memory-bound launch, table ``memory_latency``).
     """
     ops = pd.DataFrame({"kind": ["memory"], "dtype": ["bf16"], "bytes": [nbytes]})
     return float(op_times(ops, gpu)[0])
@@ -303,9 +307,9 @@ def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None) -> list[Referen
     Returns
     -------
     list of Reference
-        GEMM ceiling references (one per dtype), GEMM latency, then attention, then memory.
+        GEMM ceiling references (one per dtype), GEMM latency, then attention, memory bandwidth, memory latency.
     """
     if dtypes is None:
         dtypes = tuple(d for d in ("bf16", "fp8") if d in gpu.peak_flop_per_s) or ("fp16",)
     refs = [gemm_reference(gpu, dt) for dt in dtypes] + [latency_reference(gpu)]
-    return refs + [attn.attention_reference(gpu), memory_reference(gpu)]
+    return refs + [attn.attention_reference(gpu), memory_reference(gpu), memory_latency_reference(gpu)]

@@ -46,9 +46,11 @@ class Reference:
     target : str
         Key of the GPU being priced.
     table : str
-        Measurement table (``gemm_mamf``, ``flash_attention``, ``hbm_stream``).
+        Measurement table (``gemm_mamf``, ``gemm_latency``, ``flash_attention``, ``hbm_stream``,
+        ``memory_latency``).
     dtype : str
-        Measurement dtype looked up (``bf16``/``fp8`` for GEMMs, ``fp16`` for attention, ``-`` for memory).
+        Measurement dtype looked up (``bf16``/``fp8`` for GEMMs, ``fp16`` for attention, ``-`` for latencies and
+        memory).
     measured : str
         The measured device used.
     rule : str

@@ -8,6 +8,9 @@ Tables (one CSV each; units in the column names):
 ``gemm_latency``
     The shortest GEMM launch (time and shape) in a profiler trace of each GPU, from which the fixed GEMM latency
     is derived. Columns: gpu, time_us, kernel, dtype, m, n, k, batch, source.
+``memory_latency``
+    The fixed time of a memory-bound launch per GPU, derived from the memory-bound kernels of a profiler trace
+    (:func:`flowsim.kernels.ingest.memory_latency_fit`). Columns: gpu, latency_us, kernels, source.
 ``flash_attention``
     FlashAttention-2/3 throughput by implementation, pass (``fwd`` or ``fwd_bwd``), causal flag, head dim and
     sequence length (batch = 16384 / seq_len, heads = 2048 / head_dim). Columns: gpu, impl, pass, causal,
@@ -27,7 +30,7 @@ import pandas as pd
 from flowsim.errors import ConfigError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-TABLES = ("gemm_mamf", "gemm_latency", "flash_attention", "hbm_stream")
+TABLES = ("gemm_mamf", "gemm_latency", "flash_attention", "hbm_stream", "memory_latency")
 
 
 def read_measurement_csv(path) -> pd.DataFrame:
@@ -65,7 +68,8 @@ def load_table(name: str) -> pd.DataFrame:
     Parameters
     ----------
     name : str
-        One of ``TABLES``: ``gemm_mamf``, ``gemm_latency``, ``flash_attention``, ``hbm_stream``.
+        One of ``TABLES``: ``gemm_mamf``, ``gemm_latency``, ``flash_attention``, ``hbm_stream``,
+        ``memory_latency``.
     """
     if name not in TABLES:
         raise ConfigError("table", f"must be one of {', '.join(TABLES)}", name)

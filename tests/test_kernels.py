@@ -17,6 +17,7 @@ from flowsim.kernels import (
     gemm_time,
     kernel_references,
     memory_time,
+    op_breakdown,
     op_times,
 )
 from flowsim.kernels.gemm import best_shape_efficiency, gemm_candidates
@@ -168,13 +169,26 @@ def test_attention_interpolates_monotonically_in_seq_and_between_head_dims():
     assert 3.5 * f / t / 1e12 == pytest.approx((171 + 196) / 2, rel=1e-9)
 
 
-def test_memory_bound_ops_equal_bytes_over_measured_bandwidth():
-    # h100-pcie has its own stream row: triad 1832 of 2000 GB/s; h100-sxm borrows H200's 3534 of 4800.
-    assert memory_time(1e9, get_gpu("h100-pcie")) == pytest.approx(1e9 / (2.0e12 * 1832 / 2000))
-    assert memory_time(1e9, get_gpu("h100-sxm")) == pytest.approx(1e9 / (3.35e12 * 3534 / 4800))
+HOPPER_MEMORY_LATENCY_S = 3.011e-6  # data/memory_latency.csv, h200 (reproduced from the trace in test_kernels_ingest)
+
+
+def test_memory_bound_ops_pay_latency_plus_bytes_over_measured_bandwidth():
+    # h100-pcie has its own stream row: triad 1832 of 2000 GB/s; h100-sxm borrows H200's 3534 of 4800. Both take
+    # the H200 memory-bound launch latency (same architecture), V100 too (same vendor, closest HBM bandwidth).
+    lat = HOPPER_MEMORY_LATENCY_S
+    assert memory_time(1e9, get_gpu("h100-pcie")) == pytest.approx(lat + 1e9 / (2.0e12 * 1832 / 2000))
+    assert memory_time(1e9, get_gpu("h100-sxm")) == pytest.approx(lat + 1e9 / (3.35e12 * 3534 / 4800))
     # V100: scale 804 > triad 814? No: triad 814 is the better of the two -> 814/900.
-    assert memory_time(1e9, get_gpu("v100-sxm2-32gb")) == pytest.approx(1e9 / (0.9e12 * 814 / 900))
-    assert memory_time(0, get_gpu("h100-sxm")) == KERNEL_MIN_TIME_S
+    assert memory_time(1e9, get_gpu("v100-sxm2-32gb")) == pytest.approx(lat + 1e9 / (0.9e12 * 814 / 900))
+    # A tiny kernel costs about the latency: 4 KiB on H200 = 3.011 us + 1.2 ns; B200 and MI300X have their own.
+    assert memory_time(4096, get_gpu("h200")) == pytest.approx(lat + 4096 / (4.8e12 * 3534 / 4800), rel=1e-12)
+    assert memory_time(0, get_gpu("b200")) == pytest.approx(2.786e-6, rel=1e-12)
+    assert memory_time(0, get_gpu("mi300x")) == pytest.approx(3.599e-6, rel=1e-12)
+    assert memory_time(0, get_gpu("h100-sxm")) == pytest.approx(lat) and lat > KERNEL_MIN_TIME_S
+    b = op_breakdown(pd.DataFrame({"kind": ["memory"], "dtype": ["bf16"], "bytes": [4096.0]}), get_gpu("h200"))
+    assert (b.latency_s.iloc[0], b.bound.iloc[0]) == (pytest.approx(lat), "latency")
+    refs = {r.table: r for r in kernel_references(get_gpu("a100-sxm4-80gb"))}
+    assert (refs["memory_latency"].measured, refs["memory_latency"].rule) == ("h200", "same vendor (nvidia)")
 
 
 def _random_ops(n, seed=0):
@@ -293,8 +307,9 @@ def test_user_spec_gpu_is_scaled_by_flops_and_bandwidth_with_a_warning(tmp_path)
     ]
     latency = HOPPER_LATENCY_S  # the same fixed launch latency; the work part halves with twice the FLOP/s
     assert t_x - latency == pytest.approx((gemm_time(8192, 8192, 8192, "bf16", h100) - latency) / 2, rel=1e-12)
-    with pytest.warns(FlowsimWarning):
-        assert memory_time(1e9, x100) == pytest.approx(memory_time(1e9, h100) / 2, rel=1e-12)
+    with pytest.warns(FlowsimWarning):  # the bandwidth term halves, the fixed launch time stays
+        lat = HOPPER_MEMORY_LATENCY_S
+        assert memory_time(1e9, x100) - lat == pytest.approx((memory_time(1e9, h100) - lat) / 2, rel=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         gemm_time(8192, 8192, 8192, "bf16", get_gpu("h200"))  # built-in GPUs do not warn

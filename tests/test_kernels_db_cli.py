@@ -82,13 +82,14 @@ def test_cli_predict_gemm_table_and_json():
     assert "time us" in header and "TFLOP/s" in header and "bound" in header
     assert row.split()[:4] == ["h200", "gemm", "bf16", "4096,4096,4096"] and row.endswith("compute")
     assert refs == ["gemm_mamf (bf16): measured on h100-sxm, same architecture (hopper)",
+                    "gemm_latency (-): measured on h200, own measurement",
                     "hbm_stream (-): measured on h200, own measurement"]
     res = _run("predict", "--gpu", "h200", "--op", "gemm", "--shape", "4096,4096,4096", "--json")
     out = json.loads(res.output)
     assert out["shape"] == {"m": 4096, "n": 4096, "k": 4096}
     assert out["flops"] == 2 * 4096**3 and out["bound"] == "compute"
     assert out["time_s"] == pytest.approx(out["flops"] / out["achieved_flop_per_s"])
-    assert [r["measured"] for r in out["references"]] == ["h100-sxm", "h200"]
+    assert [r["measured"] for r in out["references"]] == ["h100-sxm", "h200", "h200"]
 
 
 def test_cli_predict_attention_and_memory():
@@ -96,7 +97,8 @@ def test_cli_predict_attention_and_memory():
     out = json.loads(res.output)
     assert out["achieved_flop_per_s"] == pytest.approx(370e12, rel=1e-6)  # the FA2 H100 forward table point
     res = _run("predict", "--gpu", "h100-pcie", "--op", "memory", "--shape", "1e9", "--json")
-    assert json.loads(res.output)["time_s"] == pytest.approx(1e9 / (2.0e12 * 1832 / 2000))
+    # the H200 memory-bound launch latency (3.011 us, data/memory_latency.csv) plus bytes over the stream bandwidth
+    assert json.loads(res.output)["time_s"] == pytest.approx(3.011e-6 + 1e9 / (2.0e12 * 1832 / 2000))
     res = _run("predict", "--gpu", "v100-sxm2-32gb", "--op", "memory", "--shape", "1e9")  # a GPU without bf16
     assert res.exit_code == 0 and "hbm_stream (-): measured on v100-sxm2-32gb, own measurement" in res.output
 
@@ -127,7 +129,8 @@ def test_cli_show_and_accuracy():
     res = _run("show", "--gpu", "b200", "--json")
     out = json.loads(res.output)
     assert {r["table"]: r["measured"] for r in out["references"]} == {
-        "gemm_mamf": "b200", "gemm_latency": "b200", "flash_attention": "h100-sxm", "hbm_stream": "h200"}
+        "gemm_mamf": "b200", "gemm_latency": "b200", "flash_attention": "h100-sxm", "hbm_stream": "h200",
+        "memory_latency": "b200"}
     assert {r["gpu"] for r in out["rows"]} == {"b200", "h100-sxm", "h200"}
     res = _run("accuracy", "--json")
     summary = json.loads(res.output)["summary"]

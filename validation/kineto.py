@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from flowsim.kernels.ingest import GEMM_OPS, TRACE_DTYPES, gemm_row
+from flowsim.kernels.ingest import GEMM_OPS, TRACE_DTYPES, TRACE_ELEMENT_BYTES, gemm_row, memory_op_bytes
 from flowsim.units import US
 from flowsim.validation.trace_events import TraceEvents
 
@@ -54,9 +54,6 @@ COLLECTIVE_NAMES = {"allreduce": "allreduce", "all_reduce": "allreduce", "_allga
 COMM_DTYPE_BYTES = {"BFloat16": 2, "Half": 2, "Float": 4, "Double": 8, "Long": 8, "Int": 4, "Short": 2,
                     "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 """Element size of the c10 scalar types named in comm records (c10/core/ScalarType.h)."""
-INPUT_TYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4,
-                    "bool": 1, "unsigned char": 1, "signed char": 1, "c10::Float8_e4m3fn": 1, "short int": 2}
-"""Element size of Kineto ``Input type`` strings."""
 CUSTOM_ALLREDUCE_OPS = {"sgl_kernel::all_reduce": 1, "symm_mem::multimem_all_reduce_": 0}
 """Launching ops of non-NCCL all-reduce kernels -> index of the input tensor that holds the data."""
 ATTENTION_OPS = ("aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward",
@@ -128,7 +125,7 @@ def _comm_from_args(a: dict, world: int):
 
 
 def _tensor_bytes(dims, dtype) -> int:
-    elem = INPUT_TYPE_BYTES.get(dtype)
+    elem = TRACE_ELEMENT_BYTES.get(dtype)
     if elem is None or not isinstance(dims, list) or any(not isinstance(d, int) for d in dims):
         return 0
     return math.prod(dims) * elem if dims else 0
@@ -141,7 +138,7 @@ def _comm_from_annotation(e: dict, world: int):
     size = max((_tensor_bytes(d, t) for d, t in zip(dims, types)), default=0)
     if op is None or size == 0:
         return None
-    dtype = next((t for t in types if t in INPUT_TYPE_BYTES), "")
+    dtype = next((t for t in types if t in TRACE_ELEMENT_BYTES), "")
     return op, size, dtype, world, "default"
 
 
@@ -161,10 +158,11 @@ def _memory_row(op: dict, kernel: dict):
     if not any(sizes):
         return None
     name = op["name"]
-    if name in WRITE_ONLY_OPS:
-        nbytes = sizes[0]
-    else:
-        nbytes = sum(sizes) + (sizes[0] if name.endswith("_") else max(sizes))
+    # the exact rule of the kernel model's calibration where the op has one, else: every input read once and
+    # an output of the largest input's size (the first input's, in place) written
+    nbytes = memory_op_bytes(op)
+    if nbytes is None:
+        nbytes = sizes[0] if name in WRITE_ONLY_OPS else sum(sizes) + (sizes[0] if name.endswith("_") else max(sizes))
     dtype = next((TRACE_DTYPES[t] for t in a.get("Input type") or [] if t in TRACE_DTYPES), "bf16")
     shape = "x".join(str(d) for d in (a["Input Dims"][0] or [1]))
     return {"kind": "memory", "op": name, "shape": f"{shape} ({nbytes} B)", "dtype": dtype, "bytes": nbytes,

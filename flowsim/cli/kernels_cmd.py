@@ -73,9 +73,9 @@ def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, as_json):
     if op.startswith("attn"):
         row.update(causal=causal, kv_heads=kv_heads)
     b = op_breakdown(pd.DataFrame([row]), spec, attention_impl=attention_impl).iloc[0]
-    table = {"gemm": "gemm_mamf", "memory": "hbm_stream"}.get(op, "flash_attention")
+    tables = {"gemm": ("gemm_mamf", "gemm_latency"), "memory": ("memory_latency",)}.get(op, ("flash_attention",))
     refs = kernel_references(spec, (dtype,) if op == "gemm" else None)
-    refs = [r for r in refs if r.table in (table, "hbm_stream")]
+    refs = [r for r in refs if r.table in tables + ("hbm_stream",)]
     peak = spec.peak_flop_per_s.get(dtype if op != "memory" else "", float("nan"))
     result = {
         "gpu": spec.key, "op": op, "dtype": dtype, "shape": dims, "time_s": b.time_s, "compute_s": b.compute_s,
