@@ -204,6 +204,11 @@ def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
     return pd.concat(frames, ignore_index=True), spans
 
 
+def _shard_group(t) -> str:
+    """Group of the ZeRO/FSDP gathers and reduce-scatters: ``dps`` with hybrid sharding, else all of ``dp``."""
+    return "dps" if t.dp_shard < t.dp * t.cp else "dp"
+
+
 def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters over
     the shard group, prefetched one layer ahead so that each runs beside the neighbouring layer's compute
@@ -216,10 +221,11 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
     m = cfg.num_microbatches
     ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * GRAD_REDUCE_BYTES
-    ag = comms.time("dps", "allgather", ag_bytes, 2 * m)
-    rs = comms.time("dps", "reducescatter", rs_bytes, m)
+    g = _shard_group(t)
+    ag = comms.time(g, "allgather", ag_bytes, 2 * m)
+    rs = comms.time(g, "reducescatter", rs_bytes, m)
     ar = comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m)
-    sms = max(comms.ctas("dps", "allgather", ag_bytes), comms.ctas("dps", "reducescatter", rs_bytes),
+    sms = max(comms.ctas(g, "allgather", ag_bytes), comms.ctas(g, "reducescatter", rs_bytes),
               comms.ctas("dpr", "allreduce", rs_bytes / t.dp_shard))
     sm = comms.gpu.sm_count
     return (overlapped_s(layer_fwd_s, ag, sms, sm) - layer_fwd_s,
@@ -248,7 +254,7 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     # (group, op, parameters, bytes factor): dense weights over the data- and context-parallel ranks (with
     # hybrid sharding reduce-scattered in the shard group, then the shard all-reduced across the replicas),
     # routed experts over the expert-data-parallel ranks
-    parts = [p for p in (("dps" if zero >= 1 else "dp", op, n_dense, 1.0),
+    parts = [p for p in ((_shard_group(t) if zero >= 1 else "dp", op, n_dense, 1.0),
                          ("dpr", "allreduce", n_dense if zero >= 1 else 0.0, 1.0 / t.dp_shard),
                          ("edp", op, n_expert, 1.0))
              if p[2] > 0 and comms.groups[p[0]][0] > 1]
