@@ -250,8 +250,9 @@ def test_public_functions_document_every_parameter():
 def test_broadcast_chain_fill_closed_form():
     n, S = 8, 2**30
     est = predict("broadcast", S, h100())
+    assert est.n_ranks == n
     assert (est.algo, est.proto) == ("Ring", "Simple")
     # Ring Broadcast on one NVSwitch node (same channels): latency 8.4 + one 3.4 us hop; busBw 360 GB/s = algbw.
     # Chain fill: n - 2 = 6 chunks of one 512 KiB step at 360 GB/s / 24 channels.
     lat = (8.4 + 3.4) * US
-    assert est.time_s == pytest.approx(lat + S / (360 * GB) + 6 * 512 * 1024 / (360 * GB / 24), rel=1e-12)
+    assert est.time_s == pytest.approx(lat + S / (360 * GB) + (n - 2) * 512 * 1024 / (360 * GB / 24), rel=1e-12)
