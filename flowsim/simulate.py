@@ -53,7 +53,8 @@ class StepTimeline:
     """What a trace needs (see :mod:`flowsim.trace`, :mod:`flowsim.chakra`): the pipeline schedule (seconds),
     the p2p time and bytes, the layers (and MoE layers) of each chunk, the op table with each op's seconds
     and the row span of each block, each layer block's collectives with their estimates, the group sizes,
-    and each stage's exposed data-parallel and optimizer seconds."""
+    each stage's exposed data-parallel and optimizer seconds, and ``block_runs``: per block name, int64[p, 3],
+    how many times one GPU of each stage runs the block's ``fwd``, ``bwd`` and ``recompute`` ops per step."""
 
     pipeline: PipelineTimeline
     p2p_s: float
@@ -67,6 +68,7 @@ class StepTimeline:
     group_sizes: dict
     dp_exposed_s: tuple
     optimizer_s: tuple
+    block_runs: dict
 
 
 class _Comms:
@@ -190,6 +192,29 @@ def _paired_comm(wl, comms: _Comms, kinds) -> tuple:
     sms = max((comms.ctas(c.group, c.op, c.size_bytes) for c in (wl.moe_layer.comms if wl.moe_layer else ())
                if c.group == "ep"), default=0)
     return ep_f, ep_b, sms / comms.gpu.sm_count
+
+
+def _block_runs(wl, runs, first, last) -> dict:
+    """Per block, int64[p, 3]: runs of its fwd, bwd and recompute ops by one GPU of each stage per step
+    (``runs``: micro-batches through each chunk; ``first``/``last``: (stage, chunk) of the embedding/head)."""
+    L, R = wl.chunk_layers, wl.chunk_recompute_layers
+    M, RM = wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
+    p = L.shape[0]
+
+    def layers(n, n_rec):
+        per = n @ runs
+        return np.stack([per, per, n_rec @ runs], axis=1).astype(np.int64)
+
+    def ends(chunks):
+        out = np.zeros((p, 3), dtype=np.int64)
+        for s, c in chunks:
+            out[s, :2] += runs[c]
+        return out
+
+    out = {"layer": layers(L - M, R - RM), "embedding": ends(first), "head": ends(last)}
+    if wl.moe_layer is not None:
+        out["moe_layer"] = layers(M, RM)
+    return out
 
 
 def _ops_frame(wl) -> tuple[pd.DataFrame, dict]:
@@ -477,7 +502,8 @@ def simulate(config=None, **overrides) -> Result:
                               comms={b: tuple((c, comms.estimate(c)) for c in getattr(wl, b).comms)
                                      for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
                               group_sizes={g: n for g, (n, _) in comms.groups.items()},
-                              dp_exposed_s=tuple(dp_x), optimizer_s=tuple(float(x) for x in opt_s)),
+                              dp_exposed_s=tuple(dp_x), optimizer_s=tuple(float(x) for x in opt_s),
+                              block_runs=_block_runs(wl, runs, first, last)),
     )
 
 

@@ -79,3 +79,32 @@ def test_chrome_trace_is_valid_trace_event_format(runner, tmp_path):
     # two stages, gbs 32 / dp 4 = 8 micro-batches: a forward and a backward pass each
     passes = [e for e in events if e.get("cat") in ("fwd", "bwd")]
     assert len(passes) == 2 * 2 * (32 // 4)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, gbs=1536, sp=True, recompute="full"),
+    dict(model="llama3-8b", cluster="dgx-h100", gpus=32, tp=2, pp=4, vpp=2, gbs=64, sp=True),
+    dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=64, pp=4, ep=8, gbs=128, schedule="dualpipe"),
+])
+def test_kernel_seconds_add_up_to_each_stage_compute(kw):
+    from flowsim.breakdown import compute_by_kind, kernel_seconds
+
+    r = flowsim.simulate(kw)
+    for st in r.stages:
+        k = kernel_seconds(r, st.stage)
+        assert k["total_s"].sum() == pytest.approx(st.compute_s, rel=1e-9)
+        assert sum(compute_by_kind(r, st.stage).values()) == pytest.approx(st.compute_s, rel=1e-9)
+        assert k["total_s"].is_monotonic_decreasing and k["share"].sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"^stage: must be in"):
+        kernel_seconds(r, len(r.stages))
+
+
+def test_estimate_breakdown_flag():
+    args = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--pp", "2",
+            "--gbs", "32", "--sp", "--breakdown"]
+    out = CliRunner().invoke(main, args).output
+    assert "where the time goes (stage" in out and "compute: GEMM" in out and "top 12 kernels" in out
+    res = json.loads(CliRunner().invoke(main, args + ["--json"]).output)
+    w = res["where"]
+    assert sum(w["compute_by_kind_s"].values()) == pytest.approx(w["components_s"]["compute"])
+    assert len(w["top_kernels"]) == 12 and w["stage"] == res["breakdown"]["stage"]

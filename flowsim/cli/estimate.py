@@ -63,6 +63,37 @@ def _report(r) -> str:
     return "\n".join(lines)
 
 
+COMPONENTS = (("compute_s", "compute"), ("tp_comm_s", "TP communication"), ("cp_comm_s", "CP communication"),
+              ("ep_comm_s", "EP communication"), ("pp_comm_s", "PP communication"),
+              ("dp_comm_s", "DP communication"), ("bubble_s", "pipeline bubble"), ("optimizer_s", "optimizer"))
+
+
+def _where(r, top: int = 12) -> dict:
+    """``--breakdown``: the critical stage's seconds per step by component, its compute by kind and its
+    ``top`` kernels (:mod:`flowsim.breakdown`)."""
+    from flowsim.breakdown import compute_by_kind, kernel_seconds
+
+    b = r.breakdown()
+    k = kernel_seconds(r, b["stage"]).head(top)
+    return {"stage": b["stage"], "components_s": {name: b[key] for key, name in COMPONENTS if b[key] > 0},
+            "compute_by_kind_s": compute_by_kind(r, b["stage"]),
+            "top_kernels": k[["block", "name", "kind", "phase", "runs", "time_s", "total_s"]].to_dict("records")}
+
+
+def _where_report(w: dict, step_s: float) -> str:
+    comp = [dict(what=k, s=v, share=100 * v / step_s) for k, v in w["components_s"].items()]
+    comp += [dict(what=f"  compute: {k}", s=v, share=100 * v / step_s) for k, v in w["compute_by_kind_s"].items()]
+    kern = [dict(block=x["block"], name=x["name"], phase=x["phase"], runs=x["runs"], t=x["time_s"] * 1e6,
+                 total=x["total_s"], share=100 * x["total_s"] / step_s) for x in w["top_kernels"]]
+    return "\n".join([
+        "", "", f"where the time goes (stage {w['stage']}, the slowest; seconds per step)",
+        format_table(comp, [("what", "component", ""), ("s", "seconds", ".3f"), ("share", "% of step", ".1f")]),
+        "", f"top {len(kern)} kernels of that stage",
+        format_table(kern, [("block", "block", ""), ("name", "kernel", ""), ("phase", "phase", ""),
+                            ("runs", "runs/step", "d"), ("t", "us each", ".1f"), ("total", "seconds", ".3f"),
+                            ("share", "% of step", ".1f")])])
+
+
 @click.command()
 @click.argument("config", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--model", help=f"Model preset ({', '.join(list_presets('models'))}).")
@@ -99,6 +130,9 @@ def _report(r) -> str:
 @click.option("--workload", "workload_path", type=click.Path(exists=True, dir_okay=False),
               help="Simulate a captured workload (flowsim capture) on --cluster [--gpu] instead of a model.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--breakdown", "show_breakdown", is_flag=True,
+              help="Also print where the slowest stage's time goes: components, compute by kernel kind, top kernels "
+                   "(with --json: a \"where\" object).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True),
               help="Write a Chrome/Perfetto trace of the step to this file.")
 @click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False),
@@ -106,7 +140,7 @@ def _report(r) -> str:
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             comm_engine, kernel_fusion, workload_path, as_json, trace_path, chakra_dir):
+             comm_engine, kernel_fusion, workload_path, as_json, show_breakdown, trace_path, chakra_dir):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. Example:
@@ -125,7 +159,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     overrides.update(_parse_set(sets))
     if workload_path:
         extra = sorted(k for k, v in overrides.items() if v is not None and k not in ("cluster", "gpu"))
-        if config or extra or trace_path or chakra_dir:
+        if config or extra or trace_path or chakra_dir or show_breakdown:
             raise ConfigError("--workload", "takes only --cluster, --gpu and --json (the model and layout come "
                                             "from the captured file)", ", ".join(extra) or "a config or trace option")
         _estimate_workload(workload_path, cluster, gpu, as_json)
@@ -141,10 +175,11 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
         from flowsim.chakra import write_chakra
 
         write_chakra(result, chakra_dir)
+    where = _where(result) if show_breakdown else None
     if as_json:
-        echo_json(result.to_dict())
+        echo_json({**result.to_dict(), **({"where": where} if where else {})})
     else:
-        click.echo(_report(result))
+        click.echo(_report(result) + (_where_report(where, result.step_time_s) if where else ""))
 
 
 def _estimate_workload(path, cluster, gpu, as_json) -> None:
