@@ -118,7 +118,10 @@ class _Comms:
         return self._cache.get((c.group, c.op, float(c.size_bytes)))
 
     def ctas(self, group: str, op: str, size_bytes: float) -> int:
-        """SMs the collective occupies while it runs (one CTA per NCCL channel); call after ``time``."""
+        """SMs the collective occupies while it runs (one CTA per NCCL channel, or ``overlap_comm_sms`` when
+        set); call after ``time``."""
+        if self.cfg.training.overlap_comm_sms:
+            return min(self.cfg.training.overlap_comm_sms, self.gpu.sm_count)
         est = self._cache.get((group, op, float(size_bytes)))
         return est.n_ctas if est is not None else 0
 

@@ -81,6 +81,11 @@ class TrainingConfig:
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
+    overlap_comm_sms : int
+        SMs a collective holds while it runs beside compute, slowing that compute to ``1 - sms / SM count`` of
+        its speed (:func:`flowsim.simulate.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
+        that size (NCCL launches one CTA per channel). Set it where a framework caps communication SMs
+        (e.g. DeepSeek-V3 dedicates 20 of 132 SMs to communication, arXiv 2412.19437 sec. 3.2.2).
     kernel_fusion : str
         ``fused`` (Megatron-LM / Transformer Engine kernels: fused norms, bias-activation, bias-dropout-add,
         rotary, cross-entropy) or ``eager`` (plain PyTorch modules without torch.compile: every elementwise
@@ -117,6 +122,7 @@ class TrainingConfig:
     expert_tensor_parallel_size: int = 1
     use_flash_attn: bool = True
     kernel_fusion: str = "fused"
+    overlap_comm_sms: int = 0
 
     @property
     def tp(self) -> int:
@@ -160,7 +166,7 @@ class TrainingConfig:
                      "expert_model_parallel_size", "virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
                      "micro_batch_size"), 1)
         check_ints(self, ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers",
-                          "data_parallel_shard_size"), 0)
+                          "data_parallel_shard_size", "overlap_comm_sms"), 0)
         if self.recompute_granularity not in RECOMPUTE:
             raise ConfigError("recompute_granularity", f"must be one of {', '.join(RECOMPUTE)}",
                               self.recompute_granularity)

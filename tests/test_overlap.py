@@ -1,0 +1,30 @@
+"""Compute slowed by communication that shares its SMs (flowsim.simulate.overlapped_s, overlap_comm_sms)."""
+import pytest
+
+import flowsim
+from flowsim.config import build_config
+from flowsim.errors import ConfigError
+from flowsim.simulate import overlapped_s
+
+
+def test_overlapped_s_closed_forms():
+    # 10 ms of compute beside 4 ms of communication on 33 of 132 SMs: compute runs at r = 0.75 while the
+    # communication lasts, so it loses 4 ms x 0.25 = 1 ms
+    assert overlapped_s(10e-3, 4e-3, 33, 132) == pytest.approx(11e-3)
+    # communication longer than the slowed compute (20 ms >= 10 / 0.75 ms): the pair takes the communication
+    assert overlapped_s(10e-3, 20e-3, 33, 132) == pytest.approx(20e-3)
+    # no SMs held: free overlap; all SMs held: the two run one after the other
+    assert overlapped_s(10e-3, 4e-3, 0, 132) == pytest.approx(10e-3)
+    assert overlapped_s(10e-3, 4e-3, 132, 132) == pytest.approx(14e-3)
+
+
+def test_overlap_comm_sms_sets_the_share():
+    # data-parallel buckets reduced beside the backward pass: the more SMs they hold, the slower the step
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=64, tp=1, gbs=64, mbs=1)
+    steps = [flowsim.simulate(base, overlap_comm_sms=n).step_time_s for n in (1, 16, 132)]
+    assert steps[0] < steps[1] < steps[2]
+    default = flowsim.simulate(base)
+    assert steps[0] < default.step_time_s < steps[2]
+    with pytest.raises(ConfigError) as e:
+        build_config(**base, overlap_comm_sms=-1)
+    assert str(e.value).startswith("overlap_comm_sms:")
