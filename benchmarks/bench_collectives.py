@@ -2,7 +2,8 @@
 
 Cases (issue 4): a 30-size AllReduce sweep (8 B .. 4 GiB, doubling) on 1,024 GPUs (128 DGX H100 hosts,
 rail-optimised, radix 64), target < 2 s; one 4 GiB AllReduce across 16,384 GPUs (2,048 hosts, three tiers
-at radix 64), target < 5 s. NCCL's choice among the algorithms with a plan (Ring, Tree; NVLSTree has none).
+at radix 64), target < 5 s. NCCL's choice among the algorithms with a plan (all but CollNet): Tree at small
+sizes, NVLSTree from 512 MiB on 1,024 GPUs and for the 4 GiB on 16,384.
 Times exclude numba compilation (one warm-up run) and the first topology build (cached); the topology build is
 timed on its own. Each figure is the minimum / median of ``--repeat`` runs.
 

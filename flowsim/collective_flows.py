@@ -1,7 +1,7 @@
 """NCCL collectives executed as flows on the cluster topology, several groups at once.
 
 :func:`run_collective` picks the algorithm and protocol as NCCL does (:func:`flowsim.nccl_models.predict`,
-restricted to the algorithms that have a plan), builds the rank-level plan
+restricted to the algorithms that have a plan: all but CollNet), builds the rank-level plan
 (:func:`flowsim.nccl_models.plans.build_plan`), maps each group's ranks onto its GPUs, routes every transfer
 through :func:`flowsim.topology.build_topology`'s graph (:func:`flowsim.routing.route`) and runs the transfers of
 all groups in one flow simulation (:func:`flowsim.netsim.simulate`), so that groups sharing NICs, leaves or
@@ -42,7 +42,7 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import P2P_OPS, CollectiveEstimate, CommLayout, busbw_factor, parse_override, predict
-from flowsim.nccl_models.constants import ALGO_NAMES, Algo
+from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency, execution_layout
 from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
 from flowsim.nccl_models.tuning import cost_model
@@ -173,15 +173,16 @@ def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray, nccl_versi
     return layouts.pop()
 
 
-def _algo_override(op: str, algo: str | None, layout: CommLayout) -> str | None:
-    """NCCL_ALGO string allowing only the algorithms with a plan (and the user's override)."""
+def _algo_override(op: str, algo: str | None) -> str | None:
+    """NCCL_ALGO string allowing only the algorithms with a plan (and the user's override): CollNet is left out
+    (NCCL's cost model, :mod:`flowsim.nccl_models.tuning`, already rules out NVLS across nodes, which needs it)."""
     if op in P2P_OPS:
         return algo
     allowed = parse_override(algo, op, "algo") if algo else frozenset(Algo)
-    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS and not (a == Algo.NVLS and layout.n_nodes > 1)}
+    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS}
     if not planned:
-        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:3])} (NVLS on one "
-                                  f"scale-up domain) only", algo)
+        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:-1])} only (no CollNet)",
+                          algo)
     return ",".join(sorted(ALGO_NAMES[a].lower() for a in planned))
 
 
@@ -190,8 +191,8 @@ def _kernel_Bps(plan: Plan, layout: CommLayout, est_algbw_Bps: float) -> np.ndar
     if plan.algo == "P2P":  # the analytic time less its latency, which the plan's transfers carry
         algbw = plan.size_bytes / (plan.size_bytes / est_algbw_Bps - plan.latency_s[0])
     else:
-        a = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS}[plan.algo]
-        p = {"LL": 0, "LL128": 1, "Simple": 2}[plan.proto]
+        a = next(k for k, v in ALGO_NAMES.items() if v == plan.algo)
+        p = next(k for k, v in PROTO_NAMES.items() if v == plan.proto)
         eff = bw_efficiency(layout) / (NET_BW_EFFICIENCY if layout.n_nodes > 1 else 1.0)
         algbw = cost_model(COLL_OF_OP[plan.op], layout).algbw_Bps[a, p] * eff
     sent = plan.sent_bytes() * plan.wire_factor
@@ -279,7 +280,7 @@ def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size
              algo, proto, pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION):
     """Plan and route one collective on every group; a :class:`FlowCollectiveResult` for single-rank groups."""
     layout = _layout(cluster, gpu, groups, nccl_version)
-    est = predict(op, size_bytes, layout, algo=_algo_override(op, algo, layout), proto=proto)
+    est = predict(op, size_bytes, layout, algo=_algo_override(op, algo), proto=proto)
     if layout.n_ranks == 1:
         return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
                                     (0.0,) * groups.shape[0], 0, ())
@@ -398,7 +399,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
         Global GPU ids of the first group, evenly spaced (``first + k * stride``); see :func:`strided_groups`.
     algo, proto : str, optional
         NCCL_ALGO / NCCL_PROTO overrides. The choice is NCCL's among the algorithms with a plan (Ring, Tree,
-        NVLS on one domain); NVLSTree, CollNet and PAT are never chosen.
+        NVLS, NVLSTree, PAT); CollNet (IB SHARP, not modelled) is never chosen.
     concurrent_groups : int or sequence of sequences of int
         ``k``: the first group and its copies shifted by ``1 .. k-1`` GPUs (e.g. the DP groups of all TP
         ranks); or the other groups' GPU ids. Groups must not share GPUs.

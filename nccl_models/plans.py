@@ -26,20 +26,25 @@ the chain and tree, broadcast down, pipelined in chunks (Simple 512 KiB, LL 32 K
 and LL128 shrunk by NCCL's ladders when a channel has few chunks for the tree's depth). Broadcast/Reduce: the
 ring as a chain from/to root 0, chunks of 512 KiB. NVLS: every GPU sends its chunk up to the NVSwitch (``dst =
 SWITCH``), a zero-byte barrier (``src = dst = SWITCH``) stands for the switch-side reduction once every GPU's
-chunk has arrived, then every GPU receives the result (``src = SWITCH``); on one scale-up domain only. AllToAll:
+chunk has arrived, then every GPU receives the result (``src = SWITCH``); on one scale-up domain only (NCCL runs
+NVLS across nodes over CollNet, IB SHARP, which is not modelled). NVLSTree AllReduce: an NVLS reduce in each node
+to one head per NIC, NCCL's double binary tree among the heads of each index across nodes, an NVLS broadcast
+back (:func:`_nvls_tree`). PAT AllGather/ReduceScatter, one rank per node: ``ceil(log2 n)`` Bruck steps
+(:func:`_pat`). AllToAll:
 every rank sends ``S / n`` to every other rank, all at once. Send/Recv: rank ``r`` sends ``S`` to ``r + 1``.
 
-Merging: a plan with more transfers than ``max_transfers`` merges consecutive steps and loops (Ring) or chunks
-(Tree, chains, NVLS) into fewer, larger transfers. In a ring every rank works in every step, so merged steps
-move the same bytes over the same links and keep the bandwidth time. Trees and chains are pipelines whose fill
-grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP`` chunk groups per hop,
+Merging: a plan with more transfers than ``max_transfers`` merges consecutive steps and loops (Ring, PAT) or
+chunks (Tree, chains, NVLS, NVLSTree) into fewer, larger transfers. In a ring every rank works in every step, so
+merged steps move the same bytes over the same links and keep the bandwidth time. Trees, chains and NVLSTrees are
+pipelines whose fill grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP`` chunk groups per hop,
 every edge instead streams its bytes at once without dependencies (a long pipeline's steady state) and the fill
 of NCCL's real chunks, ``(depth - 1)`` chunks at the per-channel rate, is added as latency.
 
 Latency: NCCL's latency for the chosen (algorithm, protocol), ``tuning.cc`` ``latencies`` (base + per-step
 ``hwLat``), is what the plan must cost when nothing else runs; NVLS adds the analytic model's calibrated
 pipeline fill (``NVLS_FILL_CHUNKS``) and small-chunk cost (``NVLS_CHUNK_OVERHEAD_S``), which its three-stage
-plan (up, switch, down) does not produce, and streamed trees/chains add their fill (see Merging). In the flow
+plan (up, switch, down) does not produce; NVLSTree adds the small-chunk cost (its pipeline has its own fill), and
+streamed trees/chains/NVLSTrees add their fill (see Merging). In the flow
 engine a transfer's latency also delays the transfers that wait on it through the FIFO, so a per-step ``hwLat``
 on every transfer would charge it once per chunk. The plan therefore spreads NCCL's step latencies evenly over
 its critical path (the longest chain of dependent transfers, ``critical_path``) and keeps the base latency apart
@@ -68,13 +73,14 @@ from flowsim.nccl_models.p2p import p2p_latency_s
 from flowsim.nccl_models.tuning import cost_model, n_steps
 
 __all__ = ["SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "btree_parent", "distinct_rings", "dtree_parent",
-           "walecki_rings", "zigzag_path"]
+           "nvls_heads", "walecki_rings", "zigzag_path"]
 
 SWITCH = -1
 """Rank id of the NVSwitch in NVLS plans (the scale-up switch of the source/destination GPU's domain)."""
 
-PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "P2P")
-"""Algorithms (NCCL names) that have a plan; NVLSTree, CollNet and PAT have none."""
+PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "P2P")
+"""Algorithms (NCCL names) that have a plan. CollNet (and NVLS across nodes, which NCCL runs over CollNet) has
+none: it reduces in the IB switches (SHARP), which the topology does not model."""
 
 DEFAULT_MAX_TRANSFERS = 1 << 13
 """Transfers above which a plan merges steps/loops/chunks (a cost cap, set from benchmarks/bench_collectives.py)."""
@@ -83,7 +89,7 @@ _WIRE_FACTOR = {Proto.LL: 1.0 / LL_BW_FACTOR,  # NCCL 2.30.7 device.h: LL line =
                 Proto.LL128: 1.0 / TREE_LL128_BW_FACTOR_MULTI,  # NCCL 2.30.7 device.h: 120 B data / 128 B line
                 Proto.SIMPLE: 1.0}
 _PROTO = {"LL": Proto.LL, "LL128": Proto.LL128, "Simple": Proto.SIMPLE}
-_ALGO = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS}
+_ALGO = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS, "NVLSTree": Algo.NVLS_TREE, "PAT": Algo.PAT}
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +99,8 @@ class Plan:
     Attributes
     ----------
     op, algo, proto : str
-        Collective, NCCL algorithm (``Ring``, ``Tree``, ``NVLS``, ``P2P``) and protocol names.
+        Collective, NCCL algorithm (``Ring``, ``Tree``, ``NVLS``, ``NVLSTree``, ``PAT``, ``P2P``) and protocol
+        names.
     n_ranks : int
         Ranks of the communicator.
     size_bytes : float
@@ -105,7 +112,7 @@ class Plan:
     channel : int64[n_transfers]
         Ring or tree (distinct path) the transfer belongs to.
     step : int64[n_transfers]
-        Ring step group, tree/chain chunk group, or AllToAll peer offset.
+        Ring step group, tree/chain/NVLS chunk group, PAT loop group, or AllToAll peer offset.
     dep_ptr, dep_idx : int64[n_transfers + 1], int64[n_deps]
         CSR: transfer t waits for ``dep_idx[dep_ptr[t]:dep_ptr[t + 1]]``.
     latency_s : float64[n_transfers]
@@ -220,8 +227,10 @@ def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str
     if algo == "NVLS" and (layout.n_nodes > 1 or op not in ("allreduce", "allgather", "reducescatter")):
         raise ConfigError("algo", "NVLS plans cover AllReduce/AllGather/ReduceScatter on one scale-up domain",
                           f"{op} on {layout.n_nodes} nodes")
-    if algo == "Tree" and op != "allreduce":
-        raise ConfigError("algo", "Tree runs AllReduce only", op)
+    if algo in ("Tree", "NVLSTree") and op != "allreduce":
+        raise ConfigError("algo", f"{algo} runs AllReduce only", op)
+    if algo == "PAT" and op not in ("allgather", "reducescatter"):
+        raise ConfigError("algo", "PAT runs AllGather/ReduceScatter only", op)
     return size
 
 
@@ -267,6 +276,10 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
     g = graphs_of(layout)
     if a == Algo.NVLS:
         parts = _nvls(op, size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
+    elif a == Algo.NVLS_TREE:
+        parts = _nvls_tree(size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
+    elif a == Algo.PAT:
+        parts = _pat(coll, size, layout, g.exec_channels, max_transfers)
     elif a == Algo.TREE:
         parts = _tree(size, layout, g.exec_channels, p, max_transfers)
     elif coll in (Coll.BROADCAST, Coll.REDUCE):
@@ -276,11 +289,13 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
     src, dst, payload, channel, step, dependent, dependency, depth, fill_bytes = parts
     n = src.size
     ptr, idx = _csr(n, dependent, dependency)
-    channels = g.nvls_exec_channels if a == Algo.NVLS else g.exec_channels
+    nvls = a in (Algo.NVLS, Algo.NVLS_TREE)
+    channels = g.nvls_exec_channels if nvls else g.exec_channels
     fill_s = fill_bytes / (float(model.algbw_Bps[a, p]) / channels)  # one chunk at the per-channel rate
-    if a == Algo.NVLS:  # NVLS's measured pipeline depth and per-chunk cost (execution.py), not in the plan
-        fill_s += (pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout))
-                   + nvls_chunk_overhead_s(model, size))
+    if nvls:  # the per-chunk cost of small NVLS chunks (execution.py), not in the plan
+        fill_s += nvls_chunk_overhead_s(model, size)
+    if a == Algo.NVLS:  # single-node NVLS's measured pipeline depth, which its three stages do not produce
+        fill_s += pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout))
     return Plan(op, algo, proto, layout.n_ranks, size, src, dst, payload, channel, step, ptr, idx,
                 np.full(n, (step_lat + fill_s) / depth), base, _WIRE_FACTOR[p], depth)
 
@@ -523,6 +538,32 @@ def _chain(op: str, size: float, layout: CommLayout, channels: int, max_transfer
     return (*_pipelined(parent, groups, frac, size, op == "reduce", op == "broadcast", stream), path, fill)
 
 
+def _switch_pass(up_ranks: np.ndarray, up_bytes: float, down_ranks: np.ndarray, down_bytes: float, ppn: int,
+                 n_nodes: int, frac: np.ndarray, first: int):
+    """One NVLS pass through every node's NVSwitch, for each chunk group (``frac``: share of the bytes in each).
+
+    ``up_ranks`` each send ``up_bytes`` (all groups together) to their node's switch (``dst = SWITCH``); a
+    zero-byte barrier per node (``src = dst = SWITCH``: the switch-side reduction or multicast) waits for its
+    node's ups of the group; then each of ``down_ranks`` receives ``down_bytes`` (``src = SWITCH``) after its
+    node's barrier. Ups and downs also wait for their previous group (FIFO). Transfer ids start at ``first``.
+
+    Returns ``(src, dst, payload, step, dependent, dependency, ids)`` with ``ids = (ups int64[G, u],
+    barriers int64[G, n_nodes], downs int64[G, d])``.
+    """
+    G, u, d = frac.size, up_ranks.size, down_ranks.size
+    per = u + n_nodes + d
+    ids = first + np.arange(G * per).reshape(G, per)
+    ups, bars, downs = ids[:, :u], ids[:, u:u + n_nodes], ids[:, u + n_nodes:]
+    src = np.tile(np.concatenate([up_ranks, np.full(n_nodes + d, SWITCH)]), G)
+    dst = np.tile(np.concatenate([np.full(u + n_nodes, SWITCH), down_ranks]), G)
+    payload = (np.concatenate([np.full(u, up_bytes), np.zeros(n_nodes), np.full(d, down_bytes)])[None, :]
+               * frac[:, None]).ravel()
+    dependent = np.concatenate([bars[:, up_ranks // ppn].ravel(), downs.ravel(), ups[1:].ravel(), downs[1:].ravel()])
+    dependency = np.concatenate([ups.ravel(), bars[:, down_ranks // ppn].ravel(), ups[:-1].ravel(),
+                                 downs[:-1].ravel()])
+    return src, dst, payload, np.repeat(np.arange(G), per), dependent, dependency, (ups, bars, downs)
+
+
 def _nvls(op: str, size: float, layout: CommLayout, channels: int, heads: int, max_transfers: int):
     """NVLS on one domain: per chunk group, every GPU up to the switch, a barrier, the switch down to every GPU."""
     n = layout.n_ranks
@@ -530,19 +571,101 @@ def _nvls(op: str, size: float, layout: CommLayout, channels: int, heads: int, m
                             "reducescatter": (size * (n - 1) / n, size / n)}[op]
     n_chunks = max(1, math.ceil(size / (channels * nvls_chunk_bytes(size, channels * heads))))
     groups = min(n_chunks, max(1, max_transfers // (2 * n + 1)))
-    frac = _groups(n_chunks, groups) / n_chunks
-    per = 2 * n + 1
-    tid = np.arange(groups * per).reshape(groups, per)
     ranks = np.arange(n)
-    src = np.tile(np.concatenate([ranks, [SWITCH], np.full(n, SWITCH)]), groups)
-    dst = np.tile(np.concatenate([np.full(n, SWITCH), [SWITCH], ranks]), groups)
-    k = np.repeat(np.arange(groups), per)
-    kind = np.tile(np.concatenate([np.zeros(n), [1], np.full(n, 2)]), groups)
-    payload = np.select([kind == 0, kind == 2], [up_bytes, down_bytes], 0.0) * frac[k]
-    ups, barrier, downs = tid[:, :n], tid[:, n], tid[:, n + 1:]
-    dependent = np.concatenate([np.repeat(barrier, n), downs.ravel(), ups[1:].ravel(), downs[1:].ravel()])
-    dependency = np.concatenate([ups.ravel(), np.repeat(barrier, n), ups[:-1].ravel(), downs[:-1].ravel()])
-    return src, dst, payload, np.zeros(src.size, dtype=np.int64), k, dependent, dependency, groups + 2, 0.0
+    src, dst, payload, step, dependent, dependency, _ = _switch_pass(
+        ranks, up_bytes, ranks, down_bytes, n, 1, _groups(n_chunks, groups) / n_chunks, 0)
+    return src, dst, payload, np.zeros(src.size, dtype=np.int64), step, dependent, dependency, groups + 2, 0.0
+
+
+def nvls_heads(layout: CommLayout, heads: int) -> np.ndarray:
+    """int64[n_nodes, heads]: comm ranks of each node's NVLS heads, one per NIC (local rank ``h x ppn / heads``)."""
+    ppn = layout.ranks_per_node
+    return np.arange(layout.n_nodes)[:, None] * ppn + np.arange(heads)[None, :] * ppn // heads
+
+
+def _head_trees(head: np.ndarray, n: int) -> np.ndarray:
+    """int64[2 heads, n]: parents of NCCL's double binary tree over the nodes (:func:`dtree_parent`) among the
+    heads of each index (row ``2h + t``: head ``h``, tree ``t``); -1 at the roots and for every other rank."""
+    nn, heads = head.shape
+    R = 2 * heads
+    node_parent = np.stack(dtree_parent(nn))[np.arange(R) % 2]  # [R, nn]
+    hr = head.T[np.arange(R) // 2]  # [R, nn]: rank of the row's head in each node
+    rows = np.arange(R)[:, None]
+    parent = np.full((R, n), -1, dtype=np.int64)
+    parent[rows, hr] = np.where(node_parent >= 0, hr[rows, np.maximum(node_parent, 0)], -1)
+    return parent
+
+
+def _nvls_tree(size: float, layout: CommLayout, channels: int, heads: int, max_transfers: int):
+    """NVLSTree AllReduce (research notes sec. 1.7; NCCL ``device/all_reduce.h`` ``runNvlsTree``), per chunk group:
+
+    1. every GPU sends its chunk up to its node's NVSwitch (``S`` in all), a barrier per node (the switch's
+       reduction), and the switch sends each head (one per NIC, :func:`nvls_heads`) its share (``S / heads``);
+    2. the heads of each index run NCCL's double binary tree over the nodes (:func:`_head_trees`, each tree
+       half of the share; on 2 nodes a direct exchange), reduce up then broadcast down (:func:`_pipelined`);
+       a tree transfer waits for its sender's share of step 1;
+    3. each head sends its reduced share up (``S / heads``), a barrier per node (the multicast), and the switch
+       sends every GPU the result (``S``); a head's up waits for everything the tree brought it.
+
+    So a GPU sends ``S`` and receives ``S`` through the switch, a head ``S / heads`` more each way, and ``S /
+    heads`` over its NIC each way on 2 nodes (on more, up to twice that at a tree's interior heads, as in Tree). Chunks of the NVLS size (:func:`nvls_chunk_bytes`), merged by
+    :func:`_chunking`, which streams (no dependencies) when too few groups are left.
+    """
+    n, nn, ppn = layout.n_ranks, layout.n_nodes, layout.ranks_per_node
+    head = nvls_heads(layout, heads)
+    parent = _head_trees(head, n)
+    depth = _depth(parent)
+    chunk = nvls_chunk_bytes(size, channels * heads)
+    n_chunks = max(1, math.ceil(size / (channels * chunk)))
+    per_chunk = 2 * (n + nn + head.size + parent.shape[0] * (nn - 1))
+    groups, frac, path, fill, stream = _chunking(n_chunks, per_chunk, 6 + 2 * depth, min(chunk, size / channels),
+                                                 max_transfers)
+    ranks, hf = np.arange(n), head.ravel()
+    col = np.full(n, -1, dtype=np.int64)
+    col[hf] = np.arange(hf.size)  # rank -> column of the head arrays
+    r_src, r_dst, r_pay, r_k, r_dep, r_dy, (_, _, shares) = _switch_pass(ranks, size, hf, size / heads, ppn, nn,
+                                                                          frac, 0)
+    t_src, t_dst, t_pay, t_ch, t_k, t_dep, t_dy = _pipelined(parent, groups, frac, size, True, True, stream)
+    tid = r_src.size + np.arange(t_src.size)
+    b_src, b_dst, b_pay, b_k, b_dep, b_dy, (b_ups, _, _) = _switch_pass(hf, size / heads, ranks, size, ppn, nn,
+                                                                        frac, tid[-1] + 1)
+    if stream:
+        dependent = dependency = np.zeros(0, dtype=np.int64)
+    else:  # besides each part's own: tree after the sender's share, head's up after what the tree brought it
+        dependent = np.concatenate([r_dep, t_dep + r_src.size, b_dep, tid, b_ups[t_k, col[t_dst]], b_ups.ravel()])
+        dependency = np.concatenate([r_dy, t_dy + r_src.size, b_dy, shares[t_k, col[t_src]], tid, shares.ravel()])
+    switch_channel = np.zeros(r_src.size, dtype=np.int64)  # both switch passes have the same size
+    return (np.concatenate([r_src, t_src, b_src]), np.concatenate([r_dst, t_dst, b_dst]),
+            np.concatenate([r_pay, t_pay, b_pay]), np.concatenate([switch_channel, t_ch, switch_channel]),
+            np.concatenate([r_k, t_k, b_k]), dependent, dependency, path, fill)
+
+
+def _pat(coll: Coll, size: float, layout: CommLayout, channels: int, max_transfers: int):
+    """PAT AllGather / ReduceScatter, one rank per node (research notes sec. 1.7: a Bruck variant, NCCL 2.23+).
+
+    ``L = ceil(log2 n)`` steps; AllGather step ``i`` sends ``min(2^i, n - 2^i)`` blocks of ``S / n`` from rank
+    ``r`` to ``r - 2^i`` (what ``r`` has gathered so far); ReduceScatter runs the steps in reverse order with
+    partial sums. Every rank sends and receives ``(n - 1) / n x S``. Step ``i`` of ``r`` waits for the data that
+    reached ``r`` in step ``i - 1`` and for ``r``'s own step ``i - 1``. The buffer is cut in loops like a Simple
+    ring's (:func:`_ring_chunk_bytes`), loops pipeline through the steps (FIFO), merged to fit the budget.
+    """
+    n = layout.n_ranks
+    L = max(1, math.ceil(math.log2(n)))
+    dist = 1 << np.arange(L)
+    blocks = np.minimum(dist, n - dist)
+    if coll == Coll.REDUCESCATTER:
+        dist, blocks = dist[::-1], blocks[::-1]
+    loops = max(1, math.ceil(size / (n * channels * _ring_chunk_bytes(Proto.SIMPLE, size, channels, n))))
+    groups = min(loops, max(1, max_transfers // (L * n)))
+    frac = _groups(loops, groups) / loops
+    shape = (groups, L, n)
+    k, i, r = (a.ravel() for a in np.indices(shape))
+    tid = np.arange(k.size).reshape(shape)
+    feeder = tid[:, np.arange(L - 1)[:, None], (np.arange(n)[None, :] + dist[:-1, None]) % n]  # sent to r in i-1
+    dependent = np.concatenate([tid[:, 1:].ravel(), tid[:, 1:].ravel(), tid[1:].ravel()])
+    dependency = np.concatenate([feeder.ravel(), tid[:, :-1].ravel(), tid[:-1].ravel()])
+    return (r, (r - dist[i]) % n, size / n * blocks[i] * frac[k], np.zeros(k.size, dtype=np.int64), k,
+            dependent, dependency, groups + L - 1, 0.0)
 
 
 def _p2p_plan(op: str, size: float, layout: CommLayout) -> Plan:

@@ -15,7 +15,7 @@ from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.nccl_models import predict
 from flowsim.nccl_models.constants import Algo, Coll, Proto
-from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
+from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, nvls_chunk_overhead_s
 from flowsim.nccl_models.tuning import cost_model
 from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
 
@@ -36,6 +36,53 @@ def test_uncontended_ring_equals_closed_form():
     expected = 2 * 7 / 8 * GiB / B + model.latency_s[Algo.RING, Proto.SIMPLE]
     assert r.time_s == pytest.approx(expected, rel=0.02)
     assert (r.algo, r.proto) == ("Ring", "Simple")
+
+
+def test_uncontended_nvlstree_equals_closed_form():
+    # 2 hosts x 8 H100, 8 x 200 Gb/s NICs (GCP A3 Mega-like). NVLSTree: each GPU heads 1/8 of the data and sends
+    # S/8 to its peer head over its own NIC (each way): the network caps the algbw at 8 x 25 GB/s x 0.9 = 180 GB/s,
+    # below the kernel link (NCCL's NVLSTree algbw, 204.8 GB/s) and NVLink (each GPU sends 1.25 S at 450 GB/s)
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=16, nic_gbps=200)
+    layout = group_layout(c, H100, 16, 1)
+    model = cost_model(Coll.ALLREDUCE, layout)
+    a, p = Algo.NVLS_TREE, Proto.SIMPLE
+    B = 8 * 25e9 * NET_BW_EFFICIENCY
+    assert B < model.algbw_Bps[a, p]
+    r = run_collective(c, H100, "allreduce", GiB, list(range(16)))
+    assert (r.algo, r.proto) == ("NVLSTree", "Simple")
+    # S / B + NCCL's latency (66.8 us) + small-chunk cost (0 at 128 KiB chunks) = 6.032 ms; the 81 merged chunk
+    # groups add ~0.8 % of pipeline fill over the 8-transfer path of a chunk, within the 2 % tolerance
+    expected = GiB / B + model.latency_s[a, p] + nvls_chunk_overhead_s(model, GiB)
+    assert r.time_s == pytest.approx(expected, rel=0.02)
+
+
+def test_uncontended_pat_equals_closed_form():
+    # 8 hosts x 1 H100 x one 400 Gb/s NIC: NCCL picks PAT for a 1 MiB AllGather/ReduceScatter. Each rank sends
+    # 7/8 S over 3 steps (1, 2, 4 blocks); the kernel link (NCCL's PAT algbw x 7/8 = 31.5 GB/s of sends) is below
+    # the NIC (45 GB/s), so the time is S / algbw + NCCL's PAT latency (8 + 3 x interLat / 3.5 + 8 x 2.8 us)
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=8, gpus_per_node=1, nics_per_node=1)
+    layout = group_layout(c, H100, 8, 1)
+    for op, coll in (("allgather", Coll.ALLGATHER), ("reducescatter", Coll.REDUCESCATTER)):
+        model = cost_model(coll, layout)
+        r = run_collective(c, H100, op, 2**20, list(range(8)))
+        est = predict(op, 2**20, layout)
+        assert (r.algo, r.proto) == (est.algo, est.proto) == ("PAT", "Simple")
+        expected = 2**20 / model.algbw_Bps[Algo.PAT, Proto.SIMPLE] + model.latency_s[Algo.PAT, Proto.SIMPLE]
+        assert r.time_s == pytest.approx(expected, rel=0.01)
+
+
+def test_flow_engine_follows_nccl_to_nvlstree():
+    # 2 DGX H100 hosts: NCCL runs Tree at small sizes and NVLSTree from ~8 MiB (the analytic model's choice);
+    # the flow engine has plans for both and reports the same choice at every size
+    c = ClusterConfig(gpu="h100-sxm", num_gpus=16)
+    layout = group_layout(c, H100, 16, 1)
+    picks = []
+    for size in (2**16, 2**20, 2**24, 2**28):
+        r = run_collective(c, H100, "allreduce", size, list(range(16)))
+        est = predict("allreduce", size, layout)
+        assert (r.algo, r.proto) == (est.algo, est.proto)
+        picks.append(r.algo)
+    assert picks[-1] == "NVLSTree"
 
 
 def test_two_groups_on_one_nic_each_get_half():
@@ -116,7 +163,8 @@ def test_flow_engine_agrees_with_analytic_on_large_sizes(shared_data, name, sect
 @pytest.mark.parametrize("kwargs,field", [
     (dict(op="allsum"), "op"),
     (dict(size_bytes=-1), "size_bytes"),
-    (dict(algo="nvlstree"), "algo"),
+    (dict(algo="nvlstree"), "algo"),  # one node: NCCL has no NVLSTree
+    (dict(algo="collnet"), "algo"),  # no plan (in-network reduction)
     (dict(group_ranks=[0, 1, 3]), "group_ranks"),
     (dict(group_ranks=[0, 99]), "group_ranks"),
     (dict(concurrent_groups=[[1, 2]]), "concurrent_groups"),

@@ -9,13 +9,15 @@ from flowsim.nccl_models import CommLayout
 from flowsim.nccl_models.constants import Algo, Coll, Proto
 from flowsim.nccl_models.execution import nvls_chunk_overhead_s, pipeline_fill_s
 from flowsim.nccl_models.tuning import cost_model
-from flowsim.nccl_models.plans import SWITCH, btree_parent, build_plan, dtree_parent
+from flowsim.nccl_models.plans import SWITCH, btree_parent, build_plan, dtree_parent, nvls_heads
 
 ONE_NODE = CommLayout(n_ranks=8, n_nodes=1, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18, nvls=True)
 TWO_NODES = CommLayout(n_ranks=16, n_nodes=2, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
                        nvls=True, nics_per_node=8, nic_Bps=50e9)
 FOUR_NODES_DP = CommLayout(n_ranks=4, n_nodes=4, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
                            nics_per_node=1, nic_Bps=50e9)
+FOUR_NODES_4_NICS = CommLayout(n_ranks=32, n_nodes=4, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
+                               nvls=True, nics_per_node=4, nic_Bps=50e9)
 LAYOUTS = [ONE_NODE, TWO_NODES, FOUR_NODES_DP]
 S = 256 * 2**20
 
@@ -89,6 +91,67 @@ def test_nvls_each_gpu_moves_about_s_through_the_switch():
     np.testing.assert_allclose(np.bincount(plan.dst[down & ~barrier], plan.payload_bytes[down & ~barrier]), S)
 
 
+def _through_switch(plan):
+    """(bytes each rank sends up to its switch, bytes each rank receives from it, bytes each rank sends to a GPU)."""
+    n = plan.n_ranks
+    up = (plan.dst == SWITCH) & (plan.src >= 0)
+    down = (plan.src == SWITCH) & (plan.dst >= 0)
+    net = (plan.src >= 0) & (plan.dst >= 0)
+    return (np.bincount(plan.src[up], plan.payload_bytes[up], minlength=n),
+            np.bincount(plan.dst[down], plan.payload_bytes[down], minlength=n),
+            np.bincount(plan.src[net], plan.payload_bytes[net], minlength=n))
+
+
+@pytest.mark.parametrize("max_transfers", [8192, 300], ids=["pipelined", "streamed"])
+def test_nvlstree_bytes_per_gpu(max_transfers):
+    # 2 nodes x 8 GPUs, 8 NICs -> 8 heads (every GPU heads 1/8 of the data). Known answer (research notes 1.7):
+    # each GPU sends its S up to the switch and S/8 (its reduced share) up again; gets its share S/8 and the
+    # result S down; over the network it sends S/8 to its peer head (2 nodes: the two trees exchange S/16 each way)
+    plan = build_plan("allreduce", S, TWO_NODES, "NVLSTree", "Simple", max_transfers=max_transfers)
+    up, down, net = _through_switch(plan)
+    np.testing.assert_allclose(up, S + S / 8)
+    np.testing.assert_allclose(down, S + S / 8)
+    np.testing.assert_allclose(net, S / 8)
+    np.testing.assert_allclose(plan.received_bytes() - down, S / 8)
+    if max_transfers == 300:  # 100 transfers per chunk group -> 3 groups < 4 per hop: a stream
+        assert plan.dep_idx.size == 0 and plan.critical_path == 1
+    else:
+        assert plan.critical_path == _longest_chain(plan)
+
+
+def test_nvlstree_heads_one_per_nic():
+    # 4 nodes x 8 GPUs, 4 NICs: heads are local ranks 0, 2, 4, 6, each reducing S/4; the others only send S up and
+    # get S down. Across nodes each head index runs the double binary tree over 4 nodes: an edge carries S/8 per
+    # direction (half the share per tree); a head sends S/8 x (1 up in one tree + its children down) in total,
+    # and the 4 heads of an index send 2 trees x 3 edges x 2 directions x S/8 = 3/2 S together
+    plan = build_plan("allreduce", S, FOUR_NODES_4_NICS, "NVLSTree", "Simple")
+    heads = nvls_heads(FOUR_NODES_4_NICS, 4)
+    assert heads[1].tolist() == [8, 10, 12, 14]
+    up, down, net = _through_switch(plan)
+    is_head = np.isin(np.arange(32), heads)
+    np.testing.assert_allclose(up, np.where(is_head, S + S / 4, S))
+    np.testing.assert_allclose(down, np.where(is_head, S + S / 4, S))
+    assert np.all(net[~is_head] == 0)
+    np.testing.assert_allclose(net[heads[:, 0]].sum(), 1.5 * S)
+    assert plan.critical_path == _longest_chain(plan)
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+@pytest.mark.parametrize("op", ["allgather", "reducescatter"])
+def test_pat_bytes_and_log_steps(op, n):
+    # one rank per node; ceil(log2 n) steps of min(2^i, n - 2^i) blocks of S/n: every rank sends and receives
+    # (n - 1)/n x S, as in a ring; one transfer per rank and step per loop group
+    layout = CommLayout(n_ranks=n, n_nodes=n, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
+                        nics_per_node=1, nic_Bps=50e9)
+    plan = build_plan(op, S, layout, "PAT", "Simple")
+    np.testing.assert_allclose(plan.sent_bytes(), (n - 1) / n * S)
+    np.testing.assert_allclose(plan.received_bytes(), (n - 1) / n * S)
+    steps = int(np.ceil(np.log2(n)))
+    groups = plan.n_transfers // (steps * n)
+    assert plan.n_transfers == groups * steps * n
+    assert plan.critical_path == _longest_chain(plan) == steps + groups - 1
+
+
 def test_ring_chunking_and_loops_as_nccl():
     # 1 GiB on one H100 node: 24 channels, Simple chunk 2 MiB, loop = 8 ranks x 2 MiB x 24 = 384 MiB -> 3 loops;
     # 1 ring x 3 loops x 14 steps x 8 ranks = 336 transfers; critical path 14 steps + 2 further loops = 16
@@ -100,20 +163,28 @@ def test_ring_chunking_and_loops_as_nccl():
     assert small.n_transfers == 14 * 8 and small.critical_path == 14
 
 
-@pytest.mark.parametrize("op,algo", [("allreduce", "Tree"), ("broadcast", "Ring"), ("reduce", "Ring"),
-                                     ("allreduce", "Ring"), ("allreduce", "NVLS")])
-def test_critical_path_carries_nccls_latency_once(op, algo):
-    layout = ONE_NODE if algo == "NVLS" else TWO_NODES
+EIGHT_NODES_DP = CommLayout(n_ranks=8, n_nodes=8, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
+                            nics_per_node=1, nic_Bps=50e9)
+
+
+@pytest.mark.parametrize("op,algo,layout", [
+    ("allreduce", "Tree", TWO_NODES), ("broadcast", "Ring", TWO_NODES), ("reduce", "Ring", TWO_NODES),
+    ("allreduce", "Ring", TWO_NODES), ("allreduce", "NVLS", ONE_NODE), ("allreduce", "NVLSTree", TWO_NODES),
+    ("allreduce", "NVLSTree", FOUR_NODES_4_NICS), ("allgather", "PAT", EIGHT_NODES_DP),
+    ("reducescatter", "PAT", EIGHT_NODES_DP)])
+def test_critical_path_carries_nccls_latency_once(op, algo, layout):
     size = 8 * 2**20
     plan = build_plan(op, size, layout, algo, "Simple")
     assert plan.critical_path == _longest_chain(plan)
-    coll = {"allreduce": Coll.ALLREDUCE, "broadcast": Coll.BROADCAST, "reduce": Coll.REDUCE}[op]
-    a = {"Tree": Algo.TREE, "Ring": Algo.RING, "NVLS": Algo.NVLS}[algo]
+    coll = {"allreduce": Coll.ALLREDUCE, "broadcast": Coll.BROADCAST, "reduce": Coll.REDUCE,
+            "allgather": Coll.ALLGATHER, "reducescatter": Coll.REDUCESCATTER}[op]
+    a = {"Tree": Algo.TREE, "Ring": Algo.RING, "NVLS": Algo.NVLS, "NVLSTree": Algo.NVLS_TREE, "PAT": Algo.PAT}[algo]
     model = cost_model(coll, layout)
     expected = model.latency_s[a, Proto.SIMPLE]
-    if algo == "NVLS":  # plus the analytic model's calibrated NVLS fill and small-chunk cost
-        expected += (pipeline_fill_s(model, layout, a, Proto.SIMPLE, size, model.algbw_Bps[a, Proto.SIMPLE])
-                     + nvls_chunk_overhead_s(model, size))
+    if algo in ("NVLS", "NVLSTree"):  # plus the analytic model's small-chunk cost (0 at 8 MiB: 128 KiB chunks)
+        expected += nvls_chunk_overhead_s(model, size)
+    if algo == "NVLS":  # and the calibrated single-node NVLS fill
+        expected += pipeline_fill_s(model, layout, a, Proto.SIMPLE, size, model.algbw_Bps[a, Proto.SIMPLE])
     # base + (latency per transfer x transfers on the critical path) = NCCL's latency
     assert plan.base_latency_s + plan.latency_s[0] * plan.critical_path == pytest.approx(expected)
 
@@ -162,7 +233,11 @@ def test_btree_is_nccls_and_dtree_leaves_alternate():
     (("allsum", S, ONE_NODE, "Ring", "Simple"), "op"),
     (("allreduce", 0, ONE_NODE, "Ring", "Simple"), "size_bytes"),
     (("allreduce", S, ONE_NODE, "NVLSTree", "Simple"), "algo"),
-    (("allreduce", S, TWO_NODES, "NVLS", "Simple"), "algo"),
+    (("allreduce", S, TWO_NODES, "NVLS", "Simple"), "algo"),  # NCCL runs it over CollNet (IB SHARP)
+    (("allreduce", S, TWO_NODES, "CollNetDirect", "Simple"), "algo"),
+    (("allgather", S, TWO_NODES, "PAT", "Simple"), "algo"),  # PAT needs one rank per node
+    (("allreduce", S, FOUR_NODES_DP, "PAT", "Simple"), "algo"),
+    (("allgather", S, TWO_NODES, "NVLSTree", "Simple"), "algo"),
     (("allgather", S, ONE_NODE, "Tree", "Simple"), "algo"),
     (("alltoall", S, ONE_NODE, "Ring", "Simple"), "algo"),
     (("allreduce", S, ONE_NODE, "Ring", "Fast"), "proto"),
