@@ -365,18 +365,23 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     return res, base, start
 
 
-def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float) -> FlowCollectiveResult:
-    """A collective's result from the finish times of its own transfers (``start_s``: when it began)."""
+def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float,
+            utilization: bool = True) -> FlowCollectiveResult:
+    """A collective's result from the finish times of its own transfers (``start_s``: when it began); with
+    ``utilization`` False its ``link_utilization`` is left empty (it costs a pass over every link)."""
     G, m = p.groups.shape[0], p.plan.n_transfers
     group_t = finish_s.reshape(G, m).max(axis=1) + p.plan.base_latency_s - start_s
     t = float(group_t.max())
     algbw = p.est.size_bytes / t
-    capacity = np.concatenate([_capacity(topo), p.kernel_Bps])
-    link_bytes = np.bincount(p.links, weights=np.repeat(np.tile(p.plan.payload_bytes * p.plan.wire_factor, G),
-                                                         np.diff(p.ptr)), minlength=capacity.size)
+    util = ()
+    if utilization:
+        capacity = np.concatenate([_capacity(topo), p.kernel_Bps])
+        link_bytes = np.bincount(p.links, weights=np.repeat(np.tile(p.plan.payload_bytes * p.plan.wire_factor, G),
+                                                             np.diff(p.ptr)), minlength=capacity.size)
+        util = _utilization(topo, link_bytes, capacity, t)
     return FlowCollectiveResult(p.plan.op, p.est.algo, p.est.proto, p.est.size_bytes, p.plan.n_ranks, t, algbw,
                                 algbw * busbw_factor(p.plan.op, p.plan.n_ranks), tuple(float(x) for x in group_t),
-                                m * G, _utilization(topo, link_bytes, capacity, t))
+                                m * G, util)
 
 
 def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, group_ranks, *,
@@ -430,7 +435,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
 
 
 def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=None, focus=None, pxn: bool = True,
-                   max_transfers: int = DEFAULT_MAX_TRANSFERS) -> tuple:
+                   max_transfers: int = DEFAULT_MAX_TRANSFERS, utilization: bool = True) -> tuple:
     """Run collectives of several kinds (each on its own groups) in one flow simulation, so that they share
     links max-min fairly; each reports its own time.
 
@@ -453,6 +458,9 @@ def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=N
         Default: all.
     pxn, max_transfers
         As in :func:`run_collective`.
+    utilization : bool, optional
+        Fill each result's ``link_utilization`` (default); False leaves it empty and saves a pass over every
+        link per collective (the step engine reads only the times).
 
     Returns
     -------
@@ -479,7 +487,7 @@ def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=N
     if sim:
         res, base, start = _simulate_together(topo, [preps[i] for i in sim], _reindex(after, sim))
         for k, i in enumerate(sim):
-            out[i] = _result(topo, preps[i], res.finish_s[base[k]:base[k + 1]], start[k])
+            out[i] = _result(topo, preps[i], res.finish_s[base[k]:base[k + 1]], start[k], utilization)
     return tuple(out)
 
 

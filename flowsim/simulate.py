@@ -29,7 +29,7 @@ from flowsim.kernels.memory import memory_reference, stream_efficiency
 from flowsim.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.result import CollectiveChoice, Result, StageBreakdown
-from flowsim.step_flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s
+from flowsim.step_flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s, layer_cross_kind_extra_s
 from flowsim.schedule import PipelineTimeline, end_chunks, microbatches_per_chunk, simulate_pipeline
 from flowsim.fusion import eager_grad_bytes_per_param
 from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
@@ -243,8 +243,10 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     (which it slows, see :func:`overlapped_s`). With hybrid sharding the reduced shard is then all-reduced
     across the replicas on a stream of its own (FSDP2's ``all_reduce_stream``), so a layer's backward
     communication lasts the longer of the shard group's gather + reduce-scatter and the replicas'
-    all-reduce. Returns the extra forward and backward seconds per layer and the first layer's gather,
-    which nothing hides."""
+    all-reduce. With ``comm_engine: flow`` these collectives run in one simulation with the stage's expert
+    all-to-alls and pipeline sends of the layer's window (:func:`flowsim.step_flows.layer_cross_kind_extra_s`):
+    each takes longer by its extra, and so do the all-to-alls, which lengthen the layer. Returns the extra
+    forward and backward seconds per layer and the first layer's gather, which nothing hides."""
     t = cfg.training
     per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
     m = cfg.num_microbatches
@@ -256,8 +258,16 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     sms = max(comms.ctas(g, "allgather", ag_bytes), comms.ctas(g, "reducescatter", rs_bytes),
               comms.ctas("dpr", "allreduce", rs_bytes / t.dp_shard))
     sm = comms.gpu.sm_count
-    return (overlapped_s(layer_fwd_s, ag, sms, sm) - layer_fwd_s,
-            overlapped_s(layer_bwd_s, max(ag + rs, ar), sms, sm) - layer_bwd_s, ag)
+    # seconds of communication beside a layer's forward and backward, and of its all-to-alls' extra
+    comm_f, comm_b, ep_f, ep_b = ag, max(ag + rs, ar), 0.0, 0.0
+    if t.comm_engine == "flow":  # the layer's all-to-alls and the stage's sends share the network with them
+        gather, scatter = (g, 0, "allgather", ag_bytes), (g, 0, "reducescatter", rs_bytes)
+        replicas = (("dpr", 0, "allreduce", rs_bytes / t.dp_shard),) if ar > 0 else ()
+        x_f, ep_f = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "fwd", (gather,), 1)
+        x_b, ep_b = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "bwd", (gather, scatter) + replicas, 2)
+        comm_f, comm_b = ag + x_f[0], max(ag + rs + x_b[0] + x_b[1], ar + sum(x_b[2:]))
+    return (overlapped_s(layer_fwd_s, comm_f, sms, sm) - layer_fwd_s + ep_f,
+            overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
 
 
 def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
@@ -271,7 +281,9 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     With ``comm_engine: flow`` the reduction shares the network with the pipeline sends and expert
     all-to-alls of its window (:func:`flowsim.step_flows.cross_kind_extra_s`): its buckets take longer, and
     so do the stage's own all-to-alls in the window, which lengthen its last backward passes (the third
-    value, counted as exposed since the stage ends that much later).
+    value, counted as exposed since the stage ends that much later). The overlapped gather likewise shares
+    the network with those of the next step's first forward passes (its window starts with the stage's first
+    forward): its buckets take longer and the stage's all-to-alls' extra is added to the third value.
     """
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
@@ -306,7 +318,7 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
         reduction = tuple((g, stage, g_op, n * GRAD_REDUCE_BYTES * factor) for g, g_op, n, factor in parts)
         extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, reduction, float(ready.min()),
                                              _stream_end_s(bucket_s, ready))
-        bucket_s = bucket_s + np.repeat(extra / [a.size for a in times], [a.size for a in times])
+        bucket_s = np.concatenate([a + x / a.size for a, x in zip(times, extra)])
     total = float(bucket_s.sum())
     grad_exposed = max(0.0, _stream_end_s(bucket_s, ready) - end)
     # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
@@ -314,6 +326,14 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     grad_exposed += (total - grad_exposed) * share
     gather_exposed = 0.0
     if g_times:
+        if t.overlap_param_gather and t.comm_engine == "flow":  # beside the next step's first forward passes
+            gather = tuple((g, stage, "allgather", n * PARAM_GATHER_BYTES) for g, g_op, n, _ in parts
+                           if g_op == "reducescatter")
+            t0 = float(timeline.start_s[stage].min())
+            extra, g_ep = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, gather, t0,
+                                             t0 + float(sum(a.sum() for a in g_times)))
+            g_times = [a + x / a.size for a, x in zip(g_times, extra)]
+            ep_extra += g_ep
         gather_s = np.concatenate(g_times)
         if t.overlap_param_gather:
             gather_exposed = float(gather_s[0] + gather_s[1:].sum() * max(g_sms) / comms.gpu.sm_count)

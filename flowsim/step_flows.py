@@ -9,9 +9,11 @@ several groups or an oversubscribed spine slow them as they would on the real fa
 groups stay inside a scale-up domain and keep the analytic price.
 
 Different kinds that overlap in time share the network too (:func:`cross_kind_extra_s`): a stage's
-gradient reduction runs in one simulation with the pipeline sends and expert all-to-alls that the schedule
+gradient reduction, and the distributed optimizer's parameter all-gather beside the next step's first
+forward passes, each run in one simulation with the pipeline sends and expert all-to-alls that the schedule
 puts in the same window, anywhere in the pipeline (:func:`window_traffic`), and each reports its own, longer
-time (:func:`flowsim.collective_flows.run_concurrent`).
+time (:func:`flowsim.collective_flows.run_concurrent`). ZeRO-3/FSDP's per-layer gathers and reduce-scatters
+run beside the all-to-alls and pipeline sends of one layer's window (:func:`layer_cross_kind_extra_s`).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from flowsim.collective_flows import run_collective, run_concurrent
 from flowsim.config import SimConfig
-from flowsim.schedule import BWD, FWD
+from flowsim.schedule import BWD, FWD, microbatches_per_chunk
 
 FLOW_GROUPS = ("dp", "dps", "dpr", "edp", "ep", "cp", "pp")
 """Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain)."""
@@ -86,13 +88,20 @@ def _together_s(cfg: SimConfig, gpu, items: tuple, n_chain: int, focus: tuple) -
     after another (one stream), the rest from time 0."""
     after = [None] + list(range(n_chain - 1)) + [None] * (len(items) - n_chain)
     res = run_concurrent(cfg.cluster, gpu, [(op, size, stage_groups(cfg, g, s)) for g, s, op, size in items],
-                         after=after, focus=focus, max_transfers=CROSS_KIND_MAX_TRANSFERS)
+                         after=after, focus=focus, max_transfers=CROSS_KIND_MAX_TRANSFERS, utilization=False)
     return tuple(res[i].time_s for i in focus)
 
 
 def _alone_s(cfg: SimConfig, gpu, item: Traffic) -> float:
     """Seconds of one traffic item with nothing else on the network."""
     return _together_s(cfg, gpu, (item,), 1, (0,))[0]
+
+
+def _a2a_bytes(wl) -> dict:
+    """Expert all-to-all bytes of one MoE layer for one micro-batch, per phase (``fwd``, ``bwd``,
+    ``recompute``)."""
+    return {ph: sum(c.count * c.size_bytes for c in wl.moe_layer.comms if c.group == "ep" and c.phase == ph)
+            for ph in ("fwd", "bwd", "recompute")}
 
 
 def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) -> tuple:
@@ -128,8 +137,7 @@ def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) 
     stage = np.arange(p)[:, None]
     out = []
     if t.ep > 1 and wl.moe_layer is not None:
-        per = {ph: sum(c.count * c.size_bytes for c in wl.moe_layer.comms if c.group == "ep" and c.phase == ph)
-               for ph in ("fwd", "bwd", "recompute")}
+        per = _a2a_bytes(wl)
         moe, rec = wl.chunk_moe_layers[stage, chunk], wl.chunk_recompute_moe_layers[stage, chunk]
         pass_bytes = np.where(kind == FWD, moe * per["fwd"],
                               np.where(kind == BWD, moe * per["bwd"] + rec * per["recompute"], 0.0))
@@ -147,42 +155,92 @@ def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) 
     return tuple(out)
 
 
+def layer_traffic(cfg: SimConfig, wl, stage: int) -> dict:
+    """Expert all-to-alls and pipeline sends of one layer's forward and backward window of a stage, bytes.
+
+    Volumes, as :func:`window_traffic` takes them, averaged over the stage's layer passes of the step: the
+    all-to-all bytes of its MoE layers (backward with their recompute) and the sends over its boundary to
+    the next stage (one ``p2p_bytes`` each way per chunk pass: activations up after the forward, gradients
+    back after the backward), divided by the layer passes of each phase. For a stage with a next stage (the
+    last stage's boundary wraps to the first).
+
+    Returns
+    -------
+    dict
+        ``{"fwd": tuple of Traffic, "bwd": tuple of Traffic}``, non-zero items only.
+    """
+    t = cfg.training
+    v = wl.chunk_layers.shape[1]
+    runs = microbatches_per_chunk(t.schedule, cfg.num_microbatches, v)
+    n_layers = max(float(wl.chunk_layers[stage] @ runs), 1.0)
+    per = {"fwd": 0.0, "bwd": 0.0}
+    if t.ep > 1 and wl.moe_layer is not None:
+        a2a = _a2a_bytes(wl)
+        moe, rec = float(wl.chunk_moe_layers[stage] @ runs), float(wl.chunk_recompute_moe_layers[stage] @ runs)
+        per = {"fwd": moe * a2a["fwd"], "bwd": moe * a2a["bwd"] + rec * a2a["recompute"]}
+    sends = (("pp", stage, "sendrecv", float(runs.sum()) * wl.p2p_bytes / n_layers),) if t.pp > 1 else ()
+    return {ph: ((("ep", stage, "alltoall", b / n_layers),) if b > 0 else ()) + sends for ph, b in per.items()}
+
+
+def _extra_beside_s(cfg: SimConfig, gpu, parts: tuple, n_chain: int, others: tuple) -> tuple:
+    """Extra seconds of ``parts`` (the first ``n_chain`` one after another on one stream, the rest from time 0)
+    and of their stage's own all-to-alls among ``others`` when all run in one simulation, against each alone.
+
+    Returns
+    -------
+    extra_s : float64[len(parts)]
+        Per part, seconds (>= 0: the difference is clamped, as adding flows can only lower a flow's max-min
+        share; sub-tolerance event-batching noise is not a slow-down).
+    ep_extra_s : float
+        The stage's own all-to-alls in ``others``, seconds (>= 0).
+    """
+    n = len(parts)
+    if not others:
+        return np.zeros(n), 0.0
+    stage = parts[0][1]
+    focus = tuple(range(n)) + tuple(n + k for k, it in enumerate(others) if it[0] == "ep" and it[1] == stage)
+    items = tuple(parts) + tuple(others)
+    together = _together_s(cfg, gpu, items, n_chain, focus)
+    extra = np.array([max(0.0, x - _alone_s(cfg, gpu, items[i])) for x, i in zip(together, focus)])
+    return extra[:n], float(extra[n:].sum())
+
+
+def layer_cross_kind_extra_s(cfg: SimConfig, gpu, wl, phase: str, parts: tuple, n_chain: int) -> tuple:
+    """Extra seconds that ZeRO-3/FSDP's per-layer collectives of one layer window (``phase`` ``fwd``: the next
+    layer's all-gather; ``bwd``: the all-gather and reduce-scatter, ``n_chain`` of them on one stream, and the
+    replicas' all-reduce) and the stage's all-to-alls of that window cost each other when they run in one
+    simulation with :func:`layer_traffic`. Returns as :func:`_extra_beside_s`, seconds per layer pass."""
+    return _extra_beside_s(cfg, gpu, parts, n_chain, layer_traffic(cfg, wl, parts[0][1])[phase])
+
+
 def cross_kind_extra_s(cfg: SimConfig, gpu, wl, timeline, reduction: tuple, t0_s: float, t1_s: float):
     """Extra seconds that sharing the network with the traffic of other kinds costs a stage's gradient
-    reduction and its own expert all-to-alls.
+    reduction or parameter all-gather, and its own expert all-to-alls.
 
-    The reduction parts (``reduction``: one Traffic per group kind, the whole step's bytes of each, one stream
+    The parts (``reduction``: one Traffic per group kind, the whole step's bytes of each, one stream
     issuing them in turn) run in one simulation with :func:`window_traffic` of their window ``[t0_s, t1_s]``
-    (the reduction's span when it runs alone). Each part's extra is its time there less its time alone;
-    spread over its buckets it is the slow-down of each bucket (on a saturated link the fair share costs the
-    other kinds' bytes over the link's capacity, wherever in the window they fall). The all-to-alls of the
-    reducing stage in the window (the last backward passes, under ``overlap_grad_reduce``) likewise
-    take longer by their extra, which lengthens the stage's passes.
+    (their span when they run alone: for the reduction from its first bucket to the end of the stream; for
+    the distributed optimizer's gather, the next step's first forward passes). Each part's extra is its time
+    there less its time alone; spread over its buckets it is the slow-down of each bucket (on a saturated
+    link the fair share costs the other kinds' bytes over the link's capacity, wherever in the window they
+    fall). The all-to-alls of the stage in the window (its last backward passes, under
+    ``overlap_grad_reduce``; its first forward passes, under ``overlap_param_gather``) likewise take longer
+    by their extra, which lengthens the stage's passes.
 
     Parameters
     ----------
     cfg, gpu, wl, timeline
         As in :func:`window_traffic`.
     reduction : tuple of Traffic
-        ``(group, stage, op, bytes)`` of each part of one stage's gradient reduction, in issue order.
+        ``(group, stage, op, bytes)`` of each part of one stage's gradient reduction or parameter gather, in
+        issue order.
     t0_s, t1_s : float
         Its window, seconds from the step start.
 
     Returns
     -------
-    extra_s : float64[len(reduction)]
-        Per reduction part, seconds (>= 0: the difference is clamped, as adding flows can only lower a flow's
-        max-min share; sub-tolerance event-batching noise is not a slow-down).
-    ep_extra_s : float
-        The stage's own all-to-alls in the window, seconds (>= 0).
+    extra_s, ep_extra_s
+        As :func:`_extra_beside_s`, seconds.
     """
-    stage = reduction[0][1]
     others = window_traffic(cfg, gpu, wl, timeline, t0_s, t1_s)
-    if not others:
-        return np.zeros(len(reduction)), 0.0
-    n = len(reduction)
-    focus = tuple(range(n)) + tuple(n + k for k, it in enumerate(others) if it[0] == "ep" and it[1] == stage)
-    items = tuple(reduction) + others
-    together = _together_s(cfg, gpu, items, n, focus)
-    extra = np.array([max(0.0, x - _alone_s(cfg, gpu, items[i])) for x, i in zip(together, focus)])
-    return extra[:n], float(extra[n:].sum())
+    return _extra_beside_s(cfg, gpu, reduction, len(reduction), others)

@@ -10,7 +10,7 @@ from flowsim.config import ClusterConfig, build_config
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
-from flowsim.step_flows import window_traffic
+from flowsim.step_flows import layer_traffic, window_traffic
 from flowsim.workload import build_workload
 
 H100 = get_gpu("h100-sxm")
@@ -61,6 +61,29 @@ def test_kinds_on_disjoint_rails_keep_their_times():
     assert run_concurrent(ONE_NIC, H100, [PP, EP], focus=[0])[1] is not None
 
 
+# a parameter all-gather of 2S on four 2-rank groups across the nodes: each rank receives the other's S, one
+# flow per direction per group (the 4 pairs other than PP's)
+AG = ("allgather", 2 * S, [[4, 12], [5, 13], [6, 14], [7, 15]])
+
+
+def test_param_gather_and_pp_send_on_one_nic_share_it_max_min_fairly():
+    # Alone, each side's 4 flows per direction share the NIC at C/4 (below every flow's kernel-link cap): S
+    # each in 4S/C. Together the 8 flows get C/8 each and all carry S, so all end at 8S/C: each side is longer
+    # by the other's 4S through the shared NIC. (To 1e-3: the ring's step latency and the send's do not
+    # overlap alone and together alike, 0.04 % of 4S/C.)
+    ag_alone, = _times(ONE_NIC, AG)
+    pp_alone, = _times(ONE_NIC, PP)
+    ag, pp = _times(ONE_NIC, AG, PP)
+    assert ag_alone == pytest.approx(4 * S / NIC_Bps, rel=1e-3)
+    assert ag - ag_alone == pytest.approx(4 * S / NIC_Bps, rel=1e-3)
+    assert pp - pp_alone == pytest.approx(4 * S / NIC_Bps, rel=1e-3)
+
+
+def test_param_gather_and_pp_send_on_disjoint_rails_keep_their_times():
+    # eight NICs: the gather's pairs use rails 4-7, the sends rails 0-3
+    assert _times(EIGHT_NICS, AG, PP) == pytest.approx(_times(EIGHT_NICS, AG) + _times(EIGHT_NICS, PP), rel=1e-12)
+
+
 def test_after_runs_a_stream_in_turn():
     first, second = run_concurrent(ONE_NIC, H100, [PP, EP], after=[None, 0])
     assert (first.time_s, second.time_s) == pytest.approx(tuple(_times(ONE_NIC, PP) + _times(ONE_NIC, EP)),
@@ -105,4 +128,52 @@ def test_step_with_cross_kind_sharing_is_never_shorter(monkeypatch):
     separate = flowsim.simulate(cfg)
     assert shared.step_time_s > separate.step_time_s
     assert all(a >= b for a, b in zip(shared.timeline.dp_exposed_s, separate.timeline.dp_exposed_s))
+    assert shared.stages[0].compute_s == separate.stages[0].compute_s
+
+
+def test_layer_traffic_averages_a_stage_s_sends_and_all_to_alls_over_its_layer_passes():
+    cfg = build_config(**MIXTRAL, zero_stage=3)
+    wl = build_workload(cfg)
+    # 2 micro-batches through stage 0's 16 MoE layers: per layer pass, one MoE layer's 2 all-to-alls of
+    # 4096 tokens x top-2 x 4096 hidden x 2 bytes per phase, and 2 sends (one per chunk pass) over 32 layer
+    # passes each way
+    a2a = 2 * 4096 * 2 * 4096 * 2
+    sends = ("pp", 0, "sendrecv", 2 * wl.p2p_bytes / 32)
+    assert layer_traffic(cfg, wl, 0) == {"fwd": (("ep", 0, "alltoall", a2a), sends),
+                                         "bwd": (("ep", 0, "alltoall", a2a), sends)}
+
+
+def _no_extra(cfg, gpu, wl, where, parts, *rest):
+    """Stands for cross_kind_extra_s / layer_cross_kind_extra_s with every kind priced alone."""
+    return np.zeros(len(parts)), 0.0
+
+
+def test_step_with_param_gather_sharing_is_never_shorter(monkeypatch):
+    # (c1) The distributed optimizer's gather beside the next step's first forward passes: with one NIC per
+    # 4-GPU node it shares the NICs with their all-to-alls and sends. Extras are >= 0, its first bucket is
+    # exposed and the rest slows the forward by its SM share, so the step can only lengthen; here it does.
+    cfg = build_config(**MIXTRAL, comm_engine="flow")
+    shared = flowsim.simulate(cfg)
+    simulate_module = importlib.import_module("flowsim.simulate")
+    reduction_only = simulate_module.cross_kind_extra_s
+    monkeypatch.setattr(simulate_module, "cross_kind_extra_s", lambda cfg, gpu, wl, tl, parts, t0, t1: (
+        _no_extra(cfg, gpu, wl, tl, parts) if parts[0][2] == "allgather"
+        else reduction_only(cfg, gpu, wl, tl, parts, t0, t1)))
+    separate = flowsim.simulate(cfg)
+    assert shared.step_time_s > separate.step_time_s
+    assert all(a > b for a, b in zip(shared.timeline.dp_exposed_s, separate.timeline.dp_exposed_s))
+
+
+def test_fsdp_step_with_layer_sharing_is_never_shorter(monkeypatch):
+    # (c2) ZeRO-3: each layer's all-gather (and in backward its reduce-scatter) shares the NICs with the
+    # layer's all-to-alls and the stage's sends. Extras are >= 0 and overlapped_s grows with the
+    # communication time, so each layer pass, and the step, can only lengthen; here, with the all-to-alls
+    # saturating the one NIC per node, it does.
+    cfg = build_config(**MIXTRAL, zero_stage=3, comm_engine="flow")
+    shared = flowsim.simulate(cfg)
+    simulate_module = importlib.import_module("flowsim.simulate")
+    monkeypatch.setattr(simulate_module, "layer_cross_kind_extra_s", _no_extra)
+    separate = flowsim.simulate(cfg)
+    assert shared.step_time_s > separate.step_time_s
+    assert shared.stages[0].dp_comm_s > separate.stages[0].dp_comm_s
     assert shared.stages[0].compute_s == separate.stages[0].compute_s
