@@ -362,6 +362,18 @@ def _inputs(order, publish, up, down, m):
 
 
 @njit(cache=True)
+def shared_sm_time_s(compute_s, comm_s, share):
+    """Wall time of compute and a communication kernel that start together on one GPU while the
+    communication holds ``share`` of the SMs, seconds (the rule of :func:`flowsim.simulate.overlapped_s`)."""
+    r = max(1.0 - share, 0.0)
+    if r == 0.0:
+        return compute_s + comm_s
+    if comm_s >= compute_s / r:
+        return comm_s
+    return compute_s + comm_s * (1.0 - r)
+
+
+@njit(cache=True)
 def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
     """float64[p, n_ops]: seconds of every pass. A forward and the backward after it that share a DualPipe
     call (same ``publish``) together last what the pairing leaves: the two passes' communication
@@ -378,8 +390,7 @@ def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
                 cf = order[s, i - 1, 2]
                 comm = comm_f[s, cf] + comm_b[s, c]
                 comp = fwd_s[s, cf] + bwd_s[s, c] - comm
-                r = 1.0 - share
-                paired = comm if (r <= 0.0 or comm >= comp / r) else comp + comm * share
+                paired = shared_sm_time_s(comp, comm, share)
                 # the call's outputs leave when it ends, so only the pair's total matters
                 dur[s, i - 1] = min(dur[s, i - 1], paired)
                 dur[s, i] = paired - dur[s, i - 1]

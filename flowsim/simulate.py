@@ -30,7 +30,7 @@ from flowsim.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.result import CollectiveChoice, Result, StageBreakdown
 from flowsim.step_flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s, layer_cross_kind_extra_s
-from flowsim.schedule import PipelineTimeline, end_chunks, microbatches_per_chunk, simulate_pipeline
+from flowsim.schedule import PipelineTimeline, end_chunks, microbatches_per_chunk, shared_sm_time_s, simulate_pipeline
 from flowsim.fusion import eager_grad_bytes_per_param
 from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
@@ -133,10 +133,7 @@ def overlapped_s(compute_s: float, comm_s: float, comm_sms: int, sm_count: int) 
     ``r = 1 - comm_sms / sm_count`` of its speed: if the communication outlasts the slowed compute the pair
     takes ``comm_s``, else ``compute_s + comm_s * (1 - r)``. Memory-bandwidth sharing is not modelled.
     """
-    r = max(1.0 - comm_sms / sm_count, 0.0)
-    if r == 0.0 or comm_s >= compute_s / r:
-        return max(comm_s, compute_s) if r else compute_s + comm_s
-    return compute_s + comm_s * (1.0 - r)
+    return float(shared_sm_time_s(compute_s, comm_s, comm_sms / sm_count))
 
 
 def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig, count: int) -> dict:
@@ -521,7 +518,8 @@ def simulate(config=None, **overrides) -> Result:
         config=_config_dict(cfg),
         memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
                        "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
-        timeline=StepTimeline(pipeline=tl, p2p_s=p2p, p2p_bytes=wl.p2p_bytes, chunk_layers=L, chunk_moe_layers=M, ops=ops, op_time_s=t_ops, spans=spans,
+        timeline=StepTimeline(pipeline=tl, p2p_s=p2p, p2p_bytes=wl.p2p_bytes, chunk_layers=L, chunk_moe_layers=M,
+                              ops=ops, op_time_s=t_ops, spans=spans,
                               comms={b: tuple((c, comms.estimate(c)) for c in getattr(wl, b).comms)
                                      for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
                               group_sizes={g: n for g, (n, _) in comms.groups.items()},

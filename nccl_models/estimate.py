@@ -117,7 +117,8 @@ def _check_op(op: str) -> None:
         raise ConfigError("op", f"must be one of {', '.join(OPS)}", op)
 
 
-def _check_size(size_bytes) -> float:
+def check_size(size_bytes) -> float:
+    """``size_bytes`` as a float, or ConfigError naming ``size_bytes`` (not a number, not finite and > 0)."""
     try:
         size = float(size_bytes)
     except (TypeError, ValueError):
@@ -180,7 +181,7 @@ def predict(op: str, size_bytes: float, layout: CommLayout, *, algo: str | None 
     :mod:`flowsim.nccl_models.execution` for the chosen entry.
     """
     _check_op(op)
-    size = _check_size(size_bytes)
+    size = check_size(size_bytes)
     n = layout.n_ranks
     factor = busbw_factor(op, n)
     if op in P2P_OPS:
@@ -236,7 +237,7 @@ def cost_table(op: str, size_bytes: float, layout: CommLayout) -> pd.DataFrame:
         matrix.
     """
     _check_op(op)
-    size = _check_size(size_bytes)
+    size = check_size(size_bytes)
     if op in P2P_OPS:
         raise ConfigError("op", "the cost table covers NCCL's tuned collectives; "
                                 f"{op} is point-to-point", op)

@@ -36,9 +36,9 @@ every rank sends ``S / n`` to every other rank, all at once. Send/Recv: rank ``r
 Merging: a plan with more transfers than ``max_transfers`` merges consecutive steps and loops (Ring, PAT) or
 chunks (Tree, chains, NVLS, NVLSTree) into fewer, larger transfers. In a ring every rank works in every step, so
 merged steps move the same bytes over the same links and keep the bandwidth time. Trees, chains and NVLSTrees are
-pipelines whose fill grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP`` chunk groups per hop,
-every edge instead streams its bytes at once without dependencies (a long pipeline's steady state) and the fill
-of NCCL's real chunks, ``(depth - 1)`` chunks at the per-channel rate, is added as latency.
+pipelines whose fill grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP`` chunk
+groups per hop, every edge instead streams its bytes at once without dependencies (a long pipeline's steady
+state) and the fill of NCCL's real chunks, ``(depth - 1)`` chunks at the per-channel rate, is added as latency.
 
 Latency: NCCL's latency for the chosen (algorithm, protocol), ``tuning.cc`` ``latencies`` (base + per-step
 ``hwLat``), is what the plan must cost when nothing else runs; NVLS adds the analytic model's calibrated
@@ -65,7 +65,7 @@ from flowsim.nccl_models.constants import (
     BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, RING_CHUNK_STEPS,
     SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto, tuning_tables,
 )
-from flowsim.nccl_models.estimate import COLL_OF_OP
+from flowsim.nccl_models.estimate import COLL_OF_OP, check_size
 from flowsim.nccl_models.execution import bw_efficiency, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
@@ -210,12 +210,7 @@ def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str
     if op not in (*COLL_OF_OP, "alltoall", "sendrecv"):
         raise ConfigError("op", "must be one of allreduce, allgather, reducescatter, broadcast, reduce, "
                                 "alltoall, sendrecv", op)
-    try:
-        size = float(size_bytes)
-    except (TypeError, ValueError):
-        raise ConfigError("size_bytes", "must be a number of bytes", size_bytes) from None
-    if not (size > 0 and math.isfinite(size)):
-        raise ConfigError("size_bytes", "must be > 0", size_bytes)
+    size = check_size(size_bytes)
     if layout.n_ranks < 2:
         raise ConfigError("n_ranks", "a plan needs >= 2 ranks (one rank moves no data)", layout.n_ranks)
     if algo not in PLANNED_ALGOS:
@@ -608,7 +603,8 @@ def _nvls_tree(size: float, layout: CommLayout, channels: int, heads: int, max_t
        sends every GPU the result (``S``); a head's up waits for everything the tree brought it.
 
     So a GPU sends ``S`` and receives ``S`` through the switch, a head ``S / heads`` more each way, and ``S /
-    heads`` over its NIC each way on 2 nodes (on more, up to twice that at a tree's interior heads, as in Tree). Chunks of the NVLS size (:func:`nvls_chunk_bytes`), merged by
+        heads`` over its NIC each way on 2 nodes (on more, up to twice that at a tree's interior heads, as in Tree).
+    Chunks of the NVLS size (:func:`nvls_chunk_bytes`), merged by
     :func:`_chunking`, which streams (no dependencies) when too few groups are left.
     """
     n, nn, ppn = layout.n_ranks, layout.n_nodes, layout.ranks_per_node
