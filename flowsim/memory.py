@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flowsim import recompute
 from flowsim.config import SimConfig
 from flowsim.schedule import chunks_per_stage, end_chunks, held_microbatches
 from flowsim.workload import ACT_BYTES, FP32_BYTES, Workload, padded_vocab
@@ -43,15 +44,9 @@ class StageMemory:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
 
 
-def layer_activation_bytes(cfg: SimConfig, moe: bool = False) -> float:
-    """Bytes one transformer layer keeps for backward, per micro-batch, per GPU, without recompute.
-
-    ``moe`` counts a routed-expert MLP instead of the dense one: the permuted tokens, the experts' inputs
-    and intermediates for ``topk`` copies of each of the GPU's routed tokens, and the shared experts.
-
-    With FlashAttention there are no s^2 terms; unfused attention adds Korthikanti et al.'s 5 a s^2 b / t. For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
-    parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``.
-    """
+def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str, ...]]]:
+    """Tensors one layer keeps for backward without recompute, per micro-batch and GPU: (bytes, the
+    Megatron-core submodules whose recompute frees them; empty = kept under every selective policy)."""
     m, t = cfg.model, cfg.training
     tp = t.tp
     s = cfg.seq_length // t.cp
@@ -59,32 +54,73 @@ def layer_activation_bytes(cfg: SimConfig, moe: bool = False) -> float:
     sb = s * t.micro_batch_size
     spf = tp if t.sequence_parallel else 1       # norms, dropout masks and residual-path tensors
     d, a, g, f = m.kv_channels, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
-    f_in = f * (2 if m.gated else 1)
     drop = 1 if m.hidden_dropout > 0 else 0
-    total = 0.0
-    total += 2 * ACT_BYTES * sbh / spf            # inputs of the two norms
-    total += 2 * ACT_BYTES * sbh / spf            # norm outputs = inputs of QKV and fc1 (SP keeps shards)
-    total += ACT_BYTES * sb * (a + 2 * g) * d / tp  # q, k, v kept by the attention kernel
-    total += ACT_BYTES * sb * a * d / tp           # attention output = attn_out GEMM input
+    parts = [
+        (2 * ACT_BYTES * sbh / spf, ()),                     # inputs of the two norms
+        (ACT_BYTES * sbh / spf, ("layernorm",)),              # input norm output = QKV input (SP keeps shards)
+        (ACT_BYTES * sb * (a + 2 * g) * d / tp, ()),          # q, k, v kept by the attention kernel
+        (ACT_BYTES * sb * a * d / tp, ()),                    # attention output = attn_out GEMM input
+        (2 * drop * sbh / spf, ()),                           # two 1-byte dropout masks
+    ]
     if moe:
         routed = sb / (tp if t.sequence_parallel else 1) * m.moe_router_topk
-        etp = t.expert_tensor_parallel_size
-        fe = m.moe_ffn_hidden_size
-        total -= ACT_BYTES * sbh / spf                                  # no dense fc1 input
-        total += ACT_BYTES * routed * m.hidden_size                      # permuted tokens = expert fc1 input
-        total += ACT_BYTES * routed * (fe * (2 if m.gated else 1) + fe) / etp  # expert intermediates
+        etp, fe = t.expert_tensor_parallel_size, m.moe_ffn_hidden_size
+        parts += [(ACT_BYTES * routed * m.hidden_size, ("moe",)),                         # permuted tokens
+                  (ACT_BYTES * routed * fe * (2 if m.gated else 1) / etp, ("moe",)),      # expert fc1 output
+                  (ACT_BYTES * routed * fe / etp, ("moe", "moe_act"))]                    # expert activation
         fs = m.moe_shared_expert_intermediate_size
-        total += ACT_BYTES * sb * (fs * (2 if m.gated else 1) + fs) / tp
         if fs:
-            total += ACT_BYTES * sbh / spf                               # shared-expert fc1 input
+            shared = ("moe", "shared_experts")
+            parts += [(ACT_BYTES * sbh / spf, ("layernorm",)),                            # shared fc1 input
+                      (ACT_BYTES * sb * fs * (2 if m.gated else 1) / tp, shared),
+                      (ACT_BYTES * sb * fs / tp, shared)]
     else:
-        total += ACT_BYTES * sb * f_in / tp            # fc1 output (activation input)
-        total += ACT_BYTES * sb * f / tp               # activation output = fc2 input
-    total += 2 * drop * sbh / spf                  # two 1-byte dropout masks
-    if not t.use_flash_attn and t.recompute_granularity != "selective":
-        # stored scores (selective recompute rebuilds them in backward instead): softmax output (2 bytes), dropout mask (1) and output (2) = 5 a s^2 b / t
-        total += (2 + 3 * drop) * a * s * s * t.micro_batch_size / tp
-    return total
+        parts += [(ACT_BYTES * sbh / spf, ("layernorm",)),              # MLP norm output = fc1 input
+                  (ACT_BYTES * sb * f * (2 if m.gated else 1) / tp, ("mlp",)),  # fc1 output
+                  (ACT_BYTES * sb * f / tp, ("mlp",))]                  # activation output = fc2 input
+    if not t.use_flash_attn:
+        # stored scores: softmax output (2 bytes), dropout mask (1) and output (2) = 5 a s^2 b / t
+        parts.append(((2 + 3 * drop) * a * s * s * t.micro_batch_size / tp, ("core_attn",)))
+    return parts
+
+
+def layer_activation_bytes(cfg: SimConfig, moe: bool = False, recomputed: bool = True) -> float:
+    """Bytes one transformer layer keeps for backward, per micro-batch, per GPU.
+
+    ``moe`` counts a routed-expert MLP instead of the dense one: the permuted tokens, the experts' inputs
+    and intermediates for ``topk`` copies of each of the GPU's routed tokens, and the shared experts.
+    ``recomputed`` applies a selective recompute policy (:mod:`flowsim.recompute`): Megatron's
+    ``recompute_modules`` drop the tensors their submodules rebuild; torchtitan's op policy keeps the layer
+    input, the outputs of the projections it saves and the attention output. Full recompute is counted by
+    :func:`stage_memory` (it keeps only the layer inputs).
+
+    With FlashAttention there are no s^2 terms; unfused attention adds Korthikanti et al.'s 5 a s^2 b / t
+    unless the core attention is recomputed. For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
+    parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``.
+    """
+    t = cfg.training
+    parts = _activation_parts(cfg, moe)
+    pol = recompute.policy(t) if recomputed else "none"
+    if pol == "op":
+        return _op_sac_bytes(cfg)
+    if pol == "modules":
+        return sum(b for b, owners in parts if not any(o in t.recompute_modules for o in owners))
+    return sum(b for b, _ in parts)
+
+
+def _op_sac_bytes(cfg: SimConfig) -> float:
+    """Bytes a dense layer keeps under torchtitan's op policy: its input, the outputs of the projections
+    the policy saves (:func:`flowsim.recompute.op_sac_projections`) and the attention output."""
+    m, t = cfg.model, cfg.training
+    tp = t.tp
+    sb = cfg.seq_length // t.cp * t.micro_batch_size
+    spf = tp if t.sequence_parallel else 1
+    d, a, g, f = m.kv_channels, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
+    width = {"q": a * d / tp, "k": g * d / tp, "v": g * d / tp, "o": m.hidden_size,
+             "gate": f / tp, "up": f / tp, "down": m.hidden_size}
+    recomputed = recompute.op_sac_projections(m.gated, m.add_bias_linear)
+    saved = sum(w for name, w in width.items() if name not in recomputed and (m.gated or name != "gate"))
+    return ACT_BYTES * sb * (m.hidden_size / spf + saved + a * d / tp)
 
 
 def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
@@ -126,8 +162,10 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     if n_moe:  # average over the stage's dense and MoE layers
         per_layer = ((layers - n_moe) * per_layer + n_moe * layer_activation_bytes(cfg, moe=True)) / max(layers, 1)
     mb = in_flight_microbatches(cfg, stage)
-    rec = int(wl.chunk_recompute_layers[stage].sum())
-    if rec:
+    rec = int(wl.chunk_recompute_layers[stage].sum()) if recompute.policy(t) in ("full", "every_n") else 0
+    if recompute.policy(t) == "op":
+        act = mb * layers * per_layer + layer_activation_bytes(cfg, recomputed=False)  # one layer rebuilt at a time
+    elif rec:
         s = cfg.seq_length // t.cp
         layer_input = ACT_BYTES * s * t.micro_batch_size * m.hidden_size / (t.tp if t.sequence_parallel else 1)
         stored = rec * layer_input + (layers - rec) * per_layer

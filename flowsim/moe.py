@@ -25,7 +25,7 @@ def _ep_tokens(cfg: SimConfig, tokens: int) -> int:
     return tokens // t.tp if t.sequence_parallel else tokens
 
 
-def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, full: bool) -> None:
+def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, recomputes) -> None:
     """Append the compute rows and collectives of one MoE MLP for one micro-batch on one GPU.
 
     Parameters
@@ -38,8 +38,9 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, f
         Tokens entering the layer on this GPU (micro-batch x sequence / cp).
     dt : str
         GEMM dtype.
-    full : bool
-        Whether the forward is recomputed in backward.
+    recomputes : callable
+        ``recomputes(module) -> bool`` for Megatron-core submodule names (:func:`flowsim.recompute.recomputes`
+        bound to the config): ``moe`` re-runs the whole block in backward, ``moe_act`` the expert activation.
     """
     from flowsim.fusion import activation_step
     from flowsim.workload import ACT_BYTES, _comm, _elementwise, _gemm, _linear, _memory
@@ -53,6 +54,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, f
     per_expert = max(routed * ep // e, 1)  # tokens each local expert processes (balanced routing)
     width = m.moe_ffn_hidden_size // etp
     fc1_out = (2 if m.gated else 1) * width
+    full = recomputes("moe")
     phases = ("fwd", "bwd") + (("recompute",) if full else ())
 
     _linear(rows, "router", tok, e, h, "bf16", full)
@@ -79,7 +81,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, f
     grouped("expert_fc2.dgrad", per_expert, width, h, "bwd")
     grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
     _elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
-                 local * per_expert * width, full)
+                 local * per_expert * width, full or recomputes("moe_act"))
     if etp > 1:
         # expert tensor parallelism: the expert output is reduce-scattered inside the expert TP group
         for ph in phases:

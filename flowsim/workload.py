@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from flowsim import recompute
 from flowsim.config import SimConfig
 from flowsim.fusion import ACT_BYTES, FP32_BYTES, activation_step, traffic
 from flowsim.schedule import end_chunks
@@ -76,7 +77,7 @@ class Workload:
     chunk_layers : int64[p, v]
         Transformer layers of model chunk ``c`` on pipeline stage ``s`` (see :func:`chunk_layer_counts`).
     chunk_recompute_layers : int64[p, v]
-        Layers of each chunk whose forward is re-run in backward (full recompute).
+        Layers of each chunk that re-run their ``recompute`` rows in backward (:mod:`flowsim.recompute`).
     chunk_moe_layers, chunk_recompute_moe_layers : int64[p, v]
         How many of those are MoE layers.
     p2p_bytes : float
@@ -229,7 +230,9 @@ def _tp_comms(comms, tp, sp, act_bytes, phase):
 def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     """One transformer layer, one micro-batch, one GPU (see module docstring).
 
-    ``moe`` replaces the dense MLP by routed experts (:func:`flowsim.moe.moe_mlp_ops`).
+    ``moe`` replaces the dense MLP by routed experts (:func:`flowsim.moe.moe_mlp_ops`). The rows of phase
+    ``recompute`` are what a recomputed layer re-runs in backward under the training config's policy
+    (:mod:`flowsim.recompute`).
     """
     m, t = cfg.model, cfg.training
     tp, cp, sp = t.tp, t.cp, t.sequence_parallel
@@ -240,19 +243,25 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
     heads, groups = m.num_attention_heads // tp, max(m.num_query_groups // tp, 1)
     dt = "fp8" if t.precision == "fp8" else "bf16"
-    full = t.recompute_granularity == "full"
+    full = recompute.policy(t) in ("full", "every_n")
+
+    def rc(module):
+        return recompute.recomputes(t, module)
+
     rows: list[dict] = []
     comms: list[dict] = []
     act = tokens * h * ACT_BYTES  # the full [tokens, h] activation of the TP group, bytes
 
-    phases = ("fwd", "bwd") + (("recompute",) if full else ())
+    def passes(recomputed):
+        return ("fwd", "bwd") + (("recompute",) if recomputed else ())
+
     dropout = m.hidden_dropout > 0
 
     fusion = t.kernel_fusion
     bias_grad = m.add_bias_linear and fusion == "eager"
 
     def norm(name):
-        _elementwise(rows, name, m.normalization, fusion, tok_sp * h, full)
+        _elementwise(rows, name, m.normalization, fusion, tok_sp * h, rc("layernorm"))
 
     def residual(name):
         _elementwise(rows, name, "dropout_residual" if dropout else "residual", fusion, tok_sp * h, full)
@@ -276,8 +285,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         _elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
     # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
     # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
-    attn_phases = ("fwd", "bwd") + (("recompute",) if full or t.recompute_granularity == "selective" else ())
-    for ph in attn_phases:
+    for ph in passes(rc("core_attn")):
         if t.use_flash_attn:
             rows.append(_attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
                                    True, ph))
@@ -287,7 +295,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     _linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     bias("attn_out", h)
     residual("attn_residual")
-    for ph in phases:
+    for ph in passes(full):
         _tp_comms(comms, tp, sp, act, ph)
 
     # MLP block
@@ -295,19 +303,21 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     if moe:
         from flowsim.moe import moe_mlp_ops
 
-        moe_mlp_ops(cfg, rows, comms, tokens, dt, full)
+        moe_mlp_ops(cfg, rows, comms, tokens, dt, rc)
         if m.moe_shared_expert_intermediate_size:
-            mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt, full, "shared_", fusion)
+            mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt,
+                    rc("moe") or rc("shared_experts"), "shared_", fusion)
     else:
-        mlp_ops(rows, m, tokens, f // tp, dt, full, fusion=fusion)
+        mlp_ops(rows, m, tokens, f // tp, dt, rc("mlp"), fusion=fusion)
     if not moe or m.moe_shared_expert_intermediate_size:
-        for ph in phases:
+        mlp_rc = rc("mlp") if not moe else rc("moe") or rc("shared_experts")
+        for ph in passes(mlp_rc):
             _tp_comms(comms, tp, sp, act, ph)
     residual("mlp_residual")
 
     if cp > 1:
         kv_chunk = 2 * b * s_local * groups * d * ACT_BYTES  # this GPU's K and V
-        rec = ("recompute",) if full or t.recompute_granularity == "selective" else ()
+        rec = ("recompute",) if rc("core_attn") else ()
         if t.cp_comm_type == "p2p":
             # Ring attention: each CP rank passes its K and V chunk around the ring (cp - 1 steps) in
             # forward, and K, V and their gradients in backward (Megatron-LM context parallelism, TE
@@ -321,7 +331,26 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
                 comms.append(_comm("cp", "allgather", kv_chunk * cp, ph))
             comms.append(_comm("cp", "allgather", kv_chunk * cp, "bwd"))
             comms.append(_comm("cp", "reducescatter", kv_chunk * cp, "bwd"))
+    if recompute.policy(t) == "op":
+        _op_sac_rows(rows, comms, m, tokens, heads, groups, d, f // tp, dt, tp, sp, act)
     return _finish(rows, comms)
+
+
+def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, act) -> None:
+    """Recompute rows of torchtitan's op-level policy (:mod:`flowsim.recompute`) for a dense layer: the
+    recomputed projections as GEMMs of their own (their FP8 input casts too), every memory-bound forward op,
+    and, with sequence-parallel tensor parallelism, the all-gathers of the layer's two inputs (torchtitan
+    saves the outputs of reduce-scatters, not of all-gathers)."""
+    h = m.hidden_size
+    shapes = {"q": (heads * d, h), "k": (groups * d, h), "v": (groups * d, h), "o": (h, heads * d),
+              "gate": (width, h), "up": (width, h), "down": (h, width)}
+    for memory_row in [r for r in rows if r["phase"] == "fwd" and r["kind"] == "memory"]:
+        rows.append(dict(memory_row, phase="recompute"))
+    for name in recompute.op_sac_projections(m.gated, m.add_bias_linear):
+        n_out, k_in = shapes[name]
+        rows.append(_gemm(f"{name}_proj", tokens, n_out, k_in, dt, "recompute"))
+    if tp > 1 and sp:
+        comms.append(_comm("tp", "allgather", act, "recompute", count=2))
 
 
 def mlp_ops(rows, m, tokens, width, dt, full, prefix="", fusion="fused"):
@@ -486,10 +515,7 @@ def build_workload(cfg: SimConfig) -> Workload:
 
     t = cfg.training
     layers, moe = chunk_layer_counts(cfg, with_moe=True)
-    if t.recompute_granularity == "full":
-        rec = np.minimum(layers, t.recompute_num_layers) if t.recompute_num_layers else layers.copy()
-    else:
-        rec = np.zeros_like(layers)
+    rec = recompute.recompute_layer_counts(t, layers)
     # recomputed layers split between the kinds in proportion (layers of a chunk are recomputed in order)
     rec_moe = np.where(layers > 0, np.rint(rec * moe / np.maximum(layers, 1)), 0).astype(np.int64)
     tokens = t.micro_batch_size * cfg.seq_length // t.cp

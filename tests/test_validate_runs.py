@@ -141,8 +141,15 @@ def test_shared_rows_record_their_assumptions(shared_data):
     assert "recompute: empty, assumed none" in rows[28].assumptions
     assert rows[175].assumptions == ("nic_gbps_per_gpu: empty, assumed 400 (cluster preset dgx-h100)",)
     assert rows[183].assumptions == ("nic_gbps_per_gpu: empty, unused (single-node job)",)
-    assert rows[137].assumptions == ("kernels: eager PyTorch (stated in the source notes)",)
-    assert rows[169].assumptions[-1] == "kernels: eager PyTorch (torchtitan without torch.compile, its default)"
+    assert rows[137].assumptions == ("kernels: eager PyTorch (stated in the source notes)",
+                                     "recompute: torchtitan op-level selective policy (not stated; the setting of "
+                                     "torchtitan's llama3 8B recipe)")
+    assert "kernels: eager PyTorch (torchtitan without torch.compile, its default)" in rows[169].assumptions
+    # selective recompute outside Megatron is the source's own policy
+    assert rows[169].assumptions[-1] == ("recompute: every 2nd block fully recomputed (n not stated; "
+                                         "torchtitan's default option 2)")
+    assert "recompute: torchtitan op-level selective policy (stated in the notes)" in rows[161].assumptions
+    assert not any("policy" in a or "block fully" in a for a in rows[72].assumptions)  # Megatron: its own
     assert not any(a.startswith("kernels:") for a in rows[138].assumptions)  # torch.compile
 
 

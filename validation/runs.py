@@ -468,6 +468,10 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
 
     * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
     * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
+    * Selective recompute outside Megatron-LM / NeMo is the source's own policy (:mod:`flowsim.recompute`):
+      notes that say every n-th block (or layer-level) is checkpointed give ``selective_ac_option: N``, with
+      N = 2 (torchtitan's default option) when the notes do not give it; other torchtitan rows run its
+      op-level policy (``op``, the llama3 8B recipe's setting).
     * torchtitan rows whose notes do not say torch.compile ran eager kernels (``training.compile`` is off
       by default in torchtitan's job config): ``kernel_fusion: eager``.
     * Layers that do not divide into pp * vpp stages: Megatron-LM / NeMo recipes count the embedding and
@@ -486,6 +490,18 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
         why = "stated in the source notes" if re.search(r"\beager\b", text) else \
             "torchtitan without torch.compile, its default"
         assumptions.append(f"kernels: eager PyTorch ({why})")
+    if training["recompute_granularity"] == "selective" and row.get("framework") not in ("megatron-lm", "nemo"):
+        every = re.search(r"every (\d+|n)-?(?:th)? (?:block|layer)|layer-level selective", text, re.IGNORECASE)
+        if every:
+            n = every.group(1) if every.group(0)[:5].lower() == "every" and every.group(1).isdigit() else None
+            out["selective_ac_option"] = n or "2"
+            assumptions.append("recompute: every {} block fully recomputed ({})".format(
+                *((f"{n}-th", "from the notes") if n else ("2nd", "n not stated; torchtitan's default option 2"))))
+        elif row.get("framework") == "torchtitan":
+            out["selective_ac_option"] = "op"
+            stated = re.search(r"per-op|\bop-level", text) and not re.search(r"op- or layer-level not stated", text)
+            why = "stated in the notes" if stated else "not stated; the setting of torchtitan's llama3 8B recipe"
+            assumptions.append(f"recompute: torchtitan op-level selective policy ({why})")
     if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE):
         out["tp_comm_overlap"] = True
         assumptions.append("tp_comm_overlap: on (stated in the source notes)")

@@ -140,7 +140,14 @@ def _coerce(section: str, key: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ConfigError(key, "must be a number", value) from None
+    if typ == "tuple":
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+            raise ConfigError(key, "must be a list of names or a comma-separated string", value)
+        return tuple(v.strip().lower() for v in items if v.strip())
     if typ == "str":
+        if isinstance(value, int) and not isinstance(value, bool) and key == "selective_ac_option":
+            return str(value)
         if not isinstance(value, str):
             raise ConfigError(key, "must be a string", value)
         return value.strip().lower() if key not in ("gpu", "name") else value.strip()

@@ -109,6 +109,9 @@ class SimConfig:
             if m.moe_ffn_hidden_size % etp:
                 raise ConfigError("moe_ffn_hidden_size", "must be divisible by expert_tensor_parallel_size",
                                   f"{m.moe_ffn_hidden_size} and {etp}")
+        if t.selective_ac_option == "op" and (m.is_moe or m.multi_latent_attention):
+            raise ConfigError("selective_ac_option", "op is modelled for dense models with standard attention only "
+                              "(torchtitan's MoE and MLA blocks run other ops)", "op")
         if t.schedule == "interleaved" and self.num_microbatches % t.pp:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",

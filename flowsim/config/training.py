@@ -33,8 +33,17 @@ class TrainingConfig:
     seq_length : int
         Tokens per sequence; 0 takes the model's default.
     recompute_granularity : str
-        ``none``, ``selective`` (attention core recomputed, Korthikanti et al. 2022) or ``full``
-        (whole layers recomputed; ``recompute_num_layers`` per stage chunk, 0 = all).
+        ``none``, ``selective`` (parts of every layer recomputed: ``recompute_modules``, or torchtitan's
+        ``selective_ac_option``) or ``full`` (whole layers recomputed; ``recompute_num_layers`` per stage
+        chunk, 0 = all). See :mod:`flowsim.recompute`.
+    recompute_modules : tuple[str, ...]
+        Megatron-core submodules a ``selective`` layer recomputes (Megatron-LM ``--recompute-modules``;
+        default ``core_attn``): any of ``core_attn``, ``layernorm``, ``mlp``, ``moe_act``, ``moe``,
+        ``shared_experts``. A comma-separated string is accepted.
+    selective_ac_option : str
+        torchtitan's selective activation checkpointing (``activation_checkpoint.selective_ac_option``):
+        ``op`` (op-level policy) or an integer N (every N-th block fully recomputed); empty (default) means
+        Megatron-LM's ``recompute_modules``.
     use_distributed_optimizer : bool
         Megatron distributed optimizer (ZeRO-1): gradients reduce-scattered, parameters all-gathered.
     zero_stage : int
@@ -105,6 +114,8 @@ class TrainingConfig:
     seq_length: int = 0
     recompute_granularity: str = "none"
     recompute_num_layers: int = 0
+    recompute_modules: tuple = ("core_attn",)
+    selective_ac_option: str = ""
     use_distributed_optimizer: bool = False
     zero_stage: int = 0
     data_parallel_shard_size: int = 0
@@ -160,6 +171,27 @@ class TrainingConfig:
             return self.pipeline_schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
 
+    def _validate_recompute(self) -> None:
+        from flowsim.recompute import MEGATRON_MODULES
+
+        for name in self.recompute_modules:
+            if name not in MEGATRON_MODULES:
+                raise ConfigError("recompute_modules", f"unknown module; known: {', '.join(MEGATRON_MODULES)}", name)
+        if tuple(self.recompute_modules) != ("core_attn",) and self.recompute_granularity != "selective":
+            raise ConfigError("recompute_modules", "needs recompute_granularity selective", self.recompute_granularity)
+        opt = self.selective_ac_option
+        if opt:
+            if opt != "op" and not (opt.isdigit() and int(opt) >= 1):
+                raise ConfigError("selective_ac_option", "must be 'op' or a positive integer (every N-th layer)", opt)
+            if self.recompute_granularity != "selective":
+                raise ConfigError("selective_ac_option", "needs recompute_granularity selective",
+                                  self.recompute_granularity)
+            if tuple(self.recompute_modules) != ("core_attn",):
+                raise ConfigError("selective_ac_option", "is torchtitan's policy; it cannot be combined with "
+                                  "Megatron's recompute_modules", ",".join(self.recompute_modules))
+        if self.recompute_num_layers and self.recompute_granularity != "full":
+            raise ConfigError("recompute_num_layers", "needs recompute_granularity full", self.recompute_granularity)
+
     def validate(self) -> None:
         """Raise ConfigError for a field that breaks a rule on its own (cross-checks live in SimConfig)."""
         check_ints(self, ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -170,6 +202,7 @@ class TrainingConfig:
         if self.recompute_granularity not in RECOMPUTE:
             raise ConfigError("recompute_granularity", f"must be one of {', '.join(RECOMPUTE)}",
                               self.recompute_granularity)
+        self._validate_recompute()
         if self.precision not in PRECISIONS:
             raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}", self.precision)
         if self.pipeline_schedule not in SCHEDULES:
