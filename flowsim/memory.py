@@ -63,7 +63,10 @@ def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str,
         (2 * drop * sbh / spf, ()),                           # two 1-byte dropout masks
     ]
     if moe:
-        routed = sb / (tp if t.sequence_parallel else 1) * m.moe_router_topk
+        from flowsim.moe import expert_tokens
+
+        _, per_expert = expert_tokens(cfg, sb)
+        routed = per_expert * m.num_moe_experts / t.ep  # tokens through this GPU's experts
         etp, fe = t.expert_tensor_parallel_size, m.moe_ffn_hidden_size
         parts += [(ACT_BYTES * routed * m.hidden_size, ("moe",)),                         # permuted tokens
                   (ACT_BYTES * routed * fe * (2 if m.gated else 1) / etp, ("moe",)),      # expert fc1 output

@@ -1,18 +1,20 @@
 """Routed-expert (mixture-of-experts) MLP blocks: router, token dispatch, grouped expert GEMMs, combine.
 
-Follows Megatron-LM's MoE layer with the all-to-all token dispatcher (``moe_token_dispatcher_type:
-alltoall``, Megatron-LM ``core/transformer/moe``): each GPU routes its own tokens (the sequence shard with
-sequence parallelism), permutes them by expert, exchanges them with an all-to-all over the
-expert-parallel group, runs its ``E / ep`` local experts as one grouped GEMM per projection, and sends
-the outputs back with a second all-to-all, which the backward pass mirrors. Routing is taken as balanced
-(every expert receives ``tokens * topk / E`` of the group's tokens) and dropless; a capacity factor would
-cap, not raise, these counts.
+Follows Megatron-LM's MoE layer (``core/transformer/moe``) with its all-to-all or all-gather token dispatcher
+(``moe_token_dispatcher_type``): each GPU routes its own tokens (the sequence shard with sequence
+parallelism), the dispatcher brings every token to the GPUs holding its experts, each GPU runs its
+``E / ep`` local experts as one grouped GEMM per projection, and the outputs go back the same way, which
+the backward pass mirrors. Routing is taken as balanced (every expert receives ``tokens * topk / E`` of each
+rank's tokens); a capacity factor caps these counts, and padding to capacity fixes them
+(:func:`expert_tokens`).
 
 Expert-parallel ranks follow Megatron-LM's expert rank generator (order ``tp-ep-dp-pp`` with the expert
 tensor-parallel size as ``tp``): an expert-parallel group is ``ep`` consecutive GPUs when
 ``expert_tensor_parallel_size`` is 1.
 """
 from __future__ import annotations
+
+import math
 
 from flowsim.config import SimConfig
 
@@ -25,13 +27,39 @@ def _ep_tokens(cfg: SimConfig, tokens: int) -> int:
     return tokens // t.tp if t.sequence_parallel else tokens
 
 
+def dispatch_group_size(cfg: SimConfig) -> int:
+    """Ranks whose tokens meet at one GPU's experts: the expert-parallel group for ``alltoall``, the
+    expert-tensor x expert-parallel group for ``allgather`` (Megatron-LM ``tp_ep_group``)."""
+    t = cfg.training
+    return t.ep * t.expert_tensor_parallel_size if t.moe_token_dispatcher_type == "allgather" else t.ep
+
+
+def expert_tokens(cfg: SimConfig, tokens: int) -> tuple[float, int]:
+    """(token, expert) pairs one GPU routes out of ``tokens`` (its share of the micro-batch), and the tokens
+    each of its local experts processes, under balanced routing and the capacity rule.
+
+    Balanced routing sends each expert ``tokens * topk / E`` of a rank's tokens. With a capacity factor
+    ``c`` an expert takes at most ``ceil(tokens * topk / E * c)`` of them (Megatron-LM
+    ``moe_utils.get_capacity`` on ``num_tokens * topk``), exactly that many when padded to capacity. An
+    expert receives from every rank of the dispatch group (:func:`dispatch_group_size`).
+    """
+    m = cfg.model
+    tok = _ep_tokens(cfg, tokens)
+    load = tok * m.moe_router_topk / m.num_moe_experts
+    cf = m.moe_expert_capacity_factor
+    if cf:
+        cap = math.ceil(load * cf)
+        load = float(cap) if m.moe_pad_expert_input_to_capacity else min(load, cap)
+    return load * m.num_moe_experts, max(int(load * dispatch_group_size(cfg)), 1)
+
+
 def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, recomputes) -> None:
     """Append the compute rows and collectives of one MoE MLP for one micro-batch on one GPU.
 
     Parameters
     ----------
     cfg : SimConfig
-        The job (model MoE fields, ``ep``, ``expert_tensor_parallel_size``).
+        The job (model MoE fields, ``ep``, ``expert_tensor_parallel_size``, the token dispatcher).
     rows, comms : list
         Op rows and :class:`flowsim.workload.CommOp` tuples to extend.
     tokens : int
@@ -41,29 +69,44 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     recomputes : callable
         ``recomputes(module) -> bool`` for Megatron-core submodule names (:func:`flowsim.recompute.recomputes`
         bound to the config): ``moe`` re-runs the whole block in backward, ``moe_act`` the expert activation.
+
+    Notes
+    -----
+    ``alltoall``: the GPU permutes its routed tokens by expert, sends them with an all-to-all over the
+    expert-parallel group and gets its experts' outputs back with a second one. ``allgather``
+    (``MoEAllGatherTokenDispatcher``): an all-gather of the hidden states over the dispatch group before the
+    experts and a reduce-scatter of their outputs after (swapped in backward); the GPU permutes only the
+    gathered tokens routed to its own experts. The routing map and probabilities gathered beside the hidden
+    states (``tokens x E`` entries) are left out.
     """
     from flowsim.fusion import activation_step
     from flowsim.workload import ACT_BYTES, _comm, _elementwise, _gemm, _linear, _memory
 
     m, t = cfg.model, cfg.training
-    h, e, k = m.hidden_size, m.num_moe_experts, m.moe_router_topk
+    h, e = m.hidden_size, m.num_moe_experts
     ep, etp = t.ep, t.expert_tensor_parallel_size
     tok = _ep_tokens(cfg, tokens)
-    routed = tok * k                       # (token, expert) assignments this GPU sends and receives
+    routed, per_expert = expert_tokens(cfg, tokens)  # pairs this GPU routes; tokens per local expert
     local = e // ep                        # experts on this GPU
-    per_expert = max(routed * ep // e, 1)  # tokens each local expert processes (balanced routing)
     width = m.moe_ffn_hidden_size // etp
     fc1_out = (2 if m.gated else 1) * width
     full = recomputes("moe")
     phases = ("fwd", "bwd") + (("recompute",) if full else ())
+    gather = t.moe_token_dispatcher_type == "allgather"
+    group = dispatch_group_size(cfg)
+    moved = local * per_expert if gather else routed  # hidden vectors this GPU permutes and unpermutes
 
     _linear(rows, "router", tok, e, h, "bf16", full)
     for ph in phases:
         rows.append(_memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))
         # permute before dispatch and unpermute after combine: read and write every routed hidden vector
-        rows.append(_memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * routed * h * ACT_BYTES, ph))
-        rows.append(_memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * routed * h * ACT_BYTES, ph))
-        if ep > 1:
+        rows.append(_memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
+        rows.append(_memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
+        if gather and group > 1:
+            size = group * tok * h * ACT_BYTES  # the gathered [tokens of the group, h] tensor
+            comms.append(_comm("tpep", "allgather", size, ph))      # dispatch (forward) / combine gradient
+            comms.append(_comm("tpep", "reducescatter", size, ph))  # combine (forward) / dispatch gradient
+        elif not gather and ep > 1:
             a2a = routed * h * ACT_BYTES  # nccl-tests size: all bytes one rank sends (itself included)
             comms.append(_comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
             comms.append(_comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
@@ -82,7 +125,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
     _elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
                  local * per_expert * width, full or recomputes("moe_act"))
-    if etp > 1:
+    if etp > 1 and not gather:
         # expert tensor parallelism: the expert output is reduce-scattered inside the expert TP group
         for ph in phases:
             comms.append(_comm("etp", "allreduce", routed * h * ACT_BYTES, ph))

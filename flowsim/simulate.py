@@ -90,6 +90,7 @@ class _Comms:
             "etp": (etp, 1),
             "ep": (ep, etp),
             "edp": (t.tp * t.cp * t.dp // (ep * etp), ep * etp),
+            "tpep": (etp * ep, 1),  # the all-gather token dispatcher's group (Megatron-LM tp_ep_group)
         }
         self._layouts = {}
         self._cache = {}
@@ -166,7 +167,7 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
             elif r.group == "cp":
                 cp_total += dt
                 cp_sms = max(cp_sms, comms.ctas(r.group, r.op, r.size_bytes))
-            elif r.group in ("ep", "etp"):
+            elif r.group in ("ep", "etp", "tpep"):
                 ep_total += dt  # token dispatch/combine sits between the router and the experts
             elif r.overlap == "dgrad":
                 tp_dgrad += dt

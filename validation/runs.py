@@ -435,8 +435,8 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
 def _moe_fields(row: Mapping, assumptions: list) -> dict:
     """MoE model fields of a row: experts, top-k, expert width, shared experts (as one shared MLP of
     ``moe_shared_experts * moe_ffn_hidden_size``), and from the notes the facts the schema has no column for:
-    leading dense layers ("first N layers dense") and DeepSeek MLA ranks ("q_lora_rank 1536, kv_lora_rank
-    512, qk head dim 128 nope + 64 rope, v head dim 128")."""
+    token-drop routing, leading dense layers ("first N layers dense") and DeepSeek MLA ranks ("q_lora_rank
+    1536, kv_lora_rank 512, qk head dim 128 nope + 64 rope, v head dim 128")."""
     experts = row["moe_num_experts"]
     if not _known(experts) or experts <= 0:
         return {}
@@ -449,6 +449,10 @@ def _moe_fields(row: Mapping, assumptions: list) -> dict:
     if _known(shared) and shared > 0:
         out["moe_shared_expert_intermediate_size"] = int(shared) * out.get("moe_ffn_hidden_size", 0)
     notes = str(row.get("notes", ""))
+    if re.search(r"token-drop routing", notes):
+        # NeMo's MegatronTokenDropCallback defaults (nemo/lightning/pytorch/callbacks/moe_token_drop.py)
+        out.update(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
+        assumptions.append("moe: token drop = capacity factor 1.0, padded to capacity (NeMo's token-drop defaults)")
     dense = re.search(r"first (\d+) layers dense", notes)
     if dense:
         out["moe_first_k_dense"] = int(dense.group(1))

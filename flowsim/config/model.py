@@ -55,6 +55,12 @@ class ModelConfig:
         ``moe_first_k_dense`` leading dense layers (DeepSeek-V3 ``first_k_dense_replace``).
     moe_first_k_dense : int
         Leading layers that keep a dense MLP.
+    moe_expert_capacity_factor : float
+        Token-drop routing (Megatron-LM ``--moe-expert-capacity-factor``): each rank sends an expert at most
+        ``ceil(tokens * topk / experts * factor)`` of its tokens and drops the rest. 0 (default): dropless.
+    moe_pad_expert_input_to_capacity : bool
+        Pad every expert's input from each rank up to that capacity (Megatron-LM
+        ``--moe-pad-expert-input-to-capacity``), so expert GEMMs and dispatch have fixed sizes.
     multi_latent_attention : bool
         DeepSeek multi-head latent attention (MLA) with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
         ``qk_pos_emb_head_dim`` and ``v_head_dim`` (Megatron-LM argument names; ``q_lora_rank`` 0 means no
@@ -86,6 +92,8 @@ class ModelConfig:
     moe_shared_expert_intermediate_size: int = 0
     moe_layer_freq: int = 1
     moe_first_k_dense: int = 0
+    moe_expert_capacity_factor: float = 0.0
+    moe_pad_expert_input_to_capacity: bool = False
     multi_latent_attention: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
@@ -130,6 +138,12 @@ class ModelConfig:
         check_ints(self, ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank"), 0)
         check_ints(self, ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
                      "qk_pos_emb_head_dim", "v_head_dim"), 1)
+        if not (isinstance(self.moe_expert_capacity_factor, float) and self.moe_expert_capacity_factor >= 0):
+            raise ConfigError("moe_expert_capacity_factor", "must be a number >= 0 (0 = dropless)",
+                              self.moe_expert_capacity_factor)
+        if self.moe_pad_expert_input_to_capacity and not self.moe_expert_capacity_factor:
+            raise ConfigError("moe_pad_expert_input_to_capacity", "needs moe_expert_capacity_factor > 0",
+                              self.moe_expert_capacity_factor)
         if self.is_moe and self.moe_router_topk > self.num_moe_experts:
             raise ConfigError("moe_router_topk", "must not exceed num_moe_experts",
                               f"{self.moe_router_topk} > {self.num_moe_experts}")

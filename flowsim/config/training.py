@@ -12,6 +12,7 @@ LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather")
 COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
+TOKEN_DISPATCHERS = ("alltoall", "allgather")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,11 @@ class TrainingConfig:
     expert_tensor_parallel_size : int
         Tensor parallelism inside each expert (Megatron-LM ``--expert-tensor-parallel-size``; 1 = experts are
         not split).
+    moe_token_dispatcher_type : str
+        How routed tokens reach their experts (Megatron-LM ``--moe-token-dispatcher-type``): ``alltoall``
+        (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
+        tokens of its expert-tensor x expert-parallel group, runs its experts on those routed to them, and
+        reduce-scatters the outputs back). See :mod:`flowsim.moe`.
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
@@ -131,6 +137,7 @@ class TrainingConfig:
     comm_engine: str = "analytic"
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
+    moe_token_dispatcher_type: str = "alltoall"
     use_flash_attn: bool = True
     kernel_fusion: str = "fused"
     overlap_comm_sms: int = 0
@@ -234,6 +241,9 @@ class TrainingConfig:
             raise ConfigError("comm_engine", f"must be one of {', '.join(COMM_ENGINES)}", self.comm_engine)
         if self.kernel_fusion not in KERNEL_FUSIONS:
             raise ConfigError("kernel_fusion", f"must be one of {', '.join(KERNEL_FUSIONS)}", self.kernel_fusion)
+        if self.moe_token_dispatcher_type not in TOKEN_DISPATCHERS:
+            raise ConfigError("moe_token_dispatcher_type", f"must be one of {', '.join(TOKEN_DISPATCHERS)}",
+                              self.moe_token_dispatcher_type)
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:

@@ -1,0 +1,79 @@
+"""MoE layers: token counts under the capacity rule, the two token dispatchers, their collectives."""
+import pytest
+
+import flowsim
+from flowsim.config import build_config
+from flowsim.errors import ConfigError
+from flowsim.moe import expert_tokens
+from flowsim.workload import build_workload
+
+# Mixtral 8x7B: 8 experts, top-2, h 4096, expert width 14336; 8 GPUs in EP 8, seq 4096, one sequence each
+MIX = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8, mbs=1)
+TOK, H, E, K = 4096, 4096, 8, 2
+
+
+def _gemm_m(cfg, name="expert_fc1"):
+    c = build_workload(cfg).moe_layer.compute
+    return int(c[(c["name"] == name) & (c["phase"] == "fwd")]["m"].iloc[0])
+
+
+def _comms(cfg, phase="fwd"):
+    return [(c.group, c.op, c.size_bytes) for c in build_workload(cfg).moe_layer.comms if c.phase == phase]
+
+
+def test_balanced_dropless_routing():
+    cfg = build_config(**MIX)
+    # every rank sends each expert TOK * K / E tokens; an expert gets that from each of the 8 ranks
+    assert expert_tokens(cfg, TOK) == (TOK * K, TOK * K // E * 8)
+    assert _gemm_m(cfg) == TOK * K // E * 8
+    a2a = TOK * K * H * 2
+    assert _comms(cfg) == [("ep", "alltoall", a2a), ("ep", "alltoall", a2a)]
+
+
+def test_capacity_factor_drops_and_padding_fixes_the_counts():
+    load = TOK * K / E  # 1024 tokens per expert per rank
+    dropped = build_config(**MIX, moe_expert_capacity_factor=0.5)
+    assert expert_tokens(dropped, TOK) == (E * load / 2, int(load / 2) * 8)
+    roomy = build_config(**MIX, moe_expert_capacity_factor=1.25)
+    assert expert_tokens(roomy, TOK) == expert_tokens(build_config(**MIX), TOK)  # capacity only caps
+    padded = build_config(**MIX, moe_expert_capacity_factor=1.25, moe_pad_expert_input_to_capacity=True)
+    cap = 1280  # ceil(1024 * 1.25), Megatron-LM get_capacity
+    assert _gemm_m(padded) == cap * 8
+    assert _comms(padded)[0] == ("ep", "alltoall", E * cap * H * 2)
+    slow, fast = flowsim.simulate(padded), flowsim.simulate(dropped)
+    assert slow.step_time_s > flowsim.simulate(build_config(**MIX)).step_time_s > fast.step_time_s
+
+
+def test_allgather_dispatcher_gathers_the_group_tokens():
+    ag = build_config(**MIX, moe_token_dispatcher_type="allgather")
+    size = 8 * TOK * H * 2  # [tokens of the 8 ranks, h]
+    assert _comms(ag) == [("tpep", "allgather", size), ("tpep", "reducescatter", size)]
+    assert _comms(ag, "bwd") == [("tpep", "allgather", size), ("tpep", "reducescatter", size)]
+    # the experts see the same tokens as with the all-to-all dispatcher
+    assert _gemm_m(ag) == _gemm_m(build_config(**MIX))
+    c = build_workload(ag).moe_layer.compute
+    permute = float(c[(c["name"] == "permute") & (c["phase"] == "fwd")]["bytes"].iloc[0])
+    assert permute == 2 * (E // 8) * (TOK * K // E * 8) * H * 2  # only the tokens of the local expert
+    r = flowsim.simulate(ag)
+    assert any(x.group == "tpep" and x.op == "allgather" and x.n_ranks == 8 for x in r.collectives)
+
+
+def test_allgather_dispatcher_with_expert_tensor_parallelism():
+    cfg = build_config(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=8, etp=2, gbs=16,
+                       moe_token_dispatcher_type="allgather")
+    # the group is etp x ep = 16 ranks; each expert runs on the tokens of all 16 with half its width
+    assert _comms(cfg)[0] == ("tpep", "allgather", 16 * TOK * H * 2)
+    assert _gemm_m(cfg) == TOK * K // E * 16
+    c = build_workload(cfg).moe_layer.compute
+    assert int(c[(c["name"] == "expert_fc2") & (c["phase"] == "fwd")]["k"].iloc[0]) == 14336 // 2
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(moe_expert_capacity_factor=-1), "moe_expert_capacity_factor: must be a number >= 0"),
+    (dict(moe_pad_expert_input_to_capacity=True), "moe_pad_expert_input_to_capacity: needs moe_expert_capacity"),
+    (dict(moe_token_dispatcher_type="flex"), "moe_token_dispatcher_type: must be one of alltoall, allgather"),
+])
+def test_moe_rules(kw, message):
+    with pytest.raises(ConfigError) as e:
+        build_config(**MIX, **kw)
+    assert str(e.value).startswith(message)
