@@ -47,6 +47,16 @@ pass's compute (DeepSeek-V3 sec. 3.2.1), so the call lasts ``overlapped_s(comput
 (:func:`flowsim.simulate.overlapped_s`: the longer of the two, compute slowed while NCCL holds its SMs)
 instead of their sum; the saving is taken off the B pass.
 
+1F1B with EP all-to-all overlap (``overlap_moe_expert_parallel_comm``, Megatron-LM
+``--overlap-moe-expert-parallel-comm``: the forward of one micro-batch and the backward of another run
+interleaved, each one's all-to-alls beside the other's compute): one more warm-up forward than 1F1B, so
+that the two passes of a pair belong to different micro-batches (a backward needs its own forward's loss),
+and each steady-state forward forms one call with the backward after it, priced as DualPipe's F&B calls;
+the extra forward holds one more micro-batch's activations. flowsim allows it on one stage only: with
+``p > 1`` a merged call sends its forward's output only when the backward is done too, which in a plain
+1F1B order puts two passes on every step of the stage-to-stage chain (pairing passes of different model
+chunks, as an interleaved schedule could, would avoid it; not modelled).
+
 What is not modelled: the pipeline sends inside a call are not overlapped; each call's outputs are sent
 when it ends, as in the
 reference, but its batched receives do not hold the rank back. The gradients of the two copies of each
@@ -170,15 +180,18 @@ def _gpipe(order, p, m):
 
 
 @njit(cache=True)
-def _one_f_one_b(order, p, m):
-    """1F1B: warm-up forwards, forward/backward pairs, cool-down backwards."""
+def _one_f_one_b(order, publish, p, m, paired):
+    """1F1B: warm-up forwards, forward/backward pairs, cool-down backwards. ``paired`` (EP all-to-all
+    overlap): one more warm-up forward, and each steady-state pair runs as one call (same ``publish``)."""
     for s in range(p):
-        warm = min(p - s - 1, m)
+        warm = min(p - s - 1 + (1 if paired else 0), m)
         i = 0
         for f in range(warm):
             i = _put(order, s, i, FWD, f, 0)
         for b in range(m - warm):
             i = _put(order, s, i, FWD, warm + b, 0)
+            if paired:
+                publish[s, i - 1] = i
             i = _put(order, s, i, BWD, b, 0)
         for b in range(m - warm, m):
             i = _put(order, s, i, BWD, b, 0)
@@ -307,9 +320,10 @@ def _dualpipe(order, publish, p, m):
 
 
 @njit(cache=True)
-def _orders(kind, p, v, m):
+def _orders(kind, p, v, m, paired):
     """Execution order per stage, int64[p, n, 3] of (pass kind, micro-batch, chunk), and int64[p, n] the
-    pass at whose end each pass's output is sent (itself, but for DualPipe's calls of several passes)."""
+    pass at whose end each pass's output is sent (itself, but for the calls of several passes of DualPipe
+    and of 1F1B with ``paired``)."""
     n = 3 * m if kind == ZB_H1 or kind == DUALPIPE else 2 * m * v
     order = np.zeros((p, n, 3), dtype=np.int64)
     publish = np.zeros((p, n), dtype=np.int64)
@@ -318,7 +332,7 @@ def _orders(kind, p, v, m):
     if kind == GPIPE:
         _gpipe(order, p, m)
     elif kind == ONE_F_ONE_B:
-        _one_f_one_b(order, p, m)
+        _one_f_one_b(order, publish, p, m, paired)
     elif kind == ZB_H1:
         _zb_h1(order, p, m)
     elif kind == DUALPIPE:
@@ -482,12 +496,16 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(schedule: str, p: int, v: int, m: int) -> _Plan:
-    """The execution orders and input sources of ``schedule`` (checked with :func:`check_layout`)."""
+def _plan(schedule: str, p: int, v: int, m: int, paired: bool = False) -> _Plan:
+    """The execution orders and input sources of ``schedule`` (checked with :func:`check_layout`);
+    ``paired``: 1F1B with its steady-state passes paired (EP all-to-all overlap)."""
     check_layout(schedule, p, v, m)
     kind = SCHEDULE_IDS[schedule]
+    if paired and kind != ONE_F_ONE_B:
+        raise ConfigError("overlap_moe_expert_parallel_comm", "pairs the passes of 1f1b (dualpipe pairs its own)",
+                          schedule)
     up, down = path_links(kind, p, v)
-    order, publish = _orders(kind, p, v, m)
+    order, publish = _orders(kind, p, v, m, paired)
     src, src_pass = _inputs(order, publish, up, down, m)
     n = order.shape[1]
     is_bwd = order[:, :, 0] != FWD
@@ -500,7 +518,7 @@ def _plan(schedule: str, p: int, v: int, m: int) -> _Plan:
 
 
 @functools.lru_cache(maxsize=256)
-def held_microbatches(schedule: str, p: int, v: int, m: int) -> tuple:
+def held_microbatches(schedule: str, p: int, v: int, m: int, paired: bool = False) -> tuple:
     """Peak activations each stage holds, in micro-batches through all of the stage's chunks.
 
     Counts, along the stage's execution order, the chunk activations stored by a forward and not yet
@@ -509,14 +527,15 @@ def held_microbatches(schedule: str, p: int, v: int, m: int) -> tuple:
     1F1B's first stage (Korthikanti et al. 2022 sec. 4.2.3), ``p`` on every ZB-H1 stage (``m >= p``) and
     ``(p + 1) / 2`` (``p + 1`` chunks, DeepSeek-V3 Table 2) on every DualPipe rank.
     """
-    kinds = _plan(schedule, p, v, m).order[:, :, 0]
+    kinds = _plan(schedule, p, v, m, paired).order[:, :, 0]
     release = WGRAD if schedule in SPLIT_BACKWARD else BWD
     held = np.cumsum((kinds == FWD).astype(np.int64) - (kinds == release), axis=1)
     return tuple(float(x) / v for x in held.max(axis=1))
 
 
 def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, bwd_s: np.ndarray,
-                      p2p_s: float, wgrad_s: np.ndarray | None = None, overlap_comm=None) -> PipelineTimeline:
+                      p2p_s: float, wgrad_s: np.ndarray | None = None, overlap_comm=None,
+                      paired: bool = False) -> PipelineTimeline:
     """Run a pipeline schedule.
 
     Parameters
@@ -535,21 +554,25 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         For ``zb-h1`` and ``dualpipe``: the weight-gradient part of ``bwd_s``, run as its own W pass (the
         B pass then lasts ``bwd_s - wgrad_s``). Ignored by the other schedules.
     overlap_comm : (float64[p, v], float64[p, v], float), optional
-        For ``dualpipe``: the communication inside ``fwd_s`` and inside the B pass (seconds) that a paired
-        forward-and-backward call hides behind the other pass's compute (the expert all-to-alls, DeepSeek-V3
-        sec. 3.2.1), and the share of the SMs it holds meanwhile. Ignored by the other schedules.
+        For ``dualpipe`` and paired ``1f1b``: the communication inside ``fwd_s`` and inside the B pass
+        (seconds) that a paired forward-and-backward call hides behind the other pass's compute (the expert
+        all-to-alls, DeepSeek-V3 sec. 3.2.1), and the share of the SMs it holds meanwhile. Ignored by the
+        other schedules.
+    paired : bool
+        ``1f1b`` only: one more warm-up forward and each steady-state forward paired with the backward
+        after it (Megatron-LM ``--overlap-moe-expert-parallel-comm``).
     """
     fwd_s = np.ascontiguousarray(fwd_s, dtype=np.float64)
     bwd_s = np.ascontiguousarray(bwd_s, dtype=np.float64)
     p, v = fwd_s.shape
-    plan = _plan(schedule, p, v, int(num_microbatches))
+    plan = _plan(schedule, p, v, int(num_microbatches), bool(paired))
     w_s = np.zeros_like(fwd_s)
     if schedule in SPLIT_BACKWARD and wgrad_s is not None:
         w_s = np.ascontiguousarray(wgrad_s, dtype=np.float64)
         bwd_s = bwd_s - w_s
     comm_f = comm_b = np.zeros_like(fwd_s)
     share = 0.0
-    if schedule == "dualpipe" and overlap_comm is not None:
+    if (schedule == "dualpipe" or paired) and overlap_comm is not None:
         comm_f, comm_b = (np.ascontiguousarray(a, dtype=np.float64) for a in overlap_comm[:2])
         share = float(overlap_comm[2])
     dur = _durations(plan.order, plan.publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share)

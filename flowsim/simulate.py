@@ -450,9 +450,10 @@ def simulate(config=None, **overrides) -> Result:
         bwd_s[s, c] += part(head, "bwd")
 
     p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * int(runs.sum())) if p > 1 else 0.0
-    hidden = _paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" else None
-    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s, hidden)
-    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s, hidden) if p > 1 else tl
+    paired = t.overlap_moe_expert_parallel_comm and t.schedule == "1f1b"
+    hidden = _paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" or paired else None
+    tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s, hidden, paired=paired)
+    tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s, hidden, paired=paired) if p > 1 else tl
     pp_exposed = max(0.0, float(tl.end_s.max() - tl0.end_s.max()))
 
     dp_x = [sum(_dp_exposed(cfg, wl, comms, tl, s)) for s in range(p)]

@@ -77,3 +77,35 @@ def test_moe_rules(kw, message):
     with pytest.raises(ConfigError) as e:
         build_config(**MIX, **kw)
     assert str(e.value).startswith(message)
+
+
+def test_ep_overlap_pairs_each_forward_with_the_previous_backward():
+    # one stage, m micro-batches: F0, then (F_k, B_{k-1}) as one call lasting max(compute, all-to-all) when the
+    # all-to-all holds no SMs, then B_{m-1}
+    import numpy as np
+
+    from flowsim.schedule import held_microbatches, simulate_pipeline
+
+    f, b, cf, cb, m = 3.0, 5.0, 1.0, 2.0, 6
+    one = (np.array([[f]]), np.array([[b]]))
+    plain = simulate_pipeline("1f1b", m, *one, 0.0)
+    assert plain.end_s[0] == pytest.approx(m * (f + b))
+    paired = simulate_pipeline("1f1b", m, *one, 0.0, overlap_comm=(np.array([[cf]]), np.array([[cb]]), 0.0),
+                               paired=True)
+    call = max(f + b - cf - cb, cf + cb)
+    assert paired.end_s[0] == pytest.approx(f + (m - 1) * call + b)
+    assert held_microbatches("1f1b", 1, 1, m, True) == (2.0,) and held_microbatches("1f1b", 1, 1, m) == (1.0,)
+
+
+def test_ep_overlap_in_a_step():
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=8, gbs=32, nics_per_node=1)
+    base, over = flowsim.simulate(kw), flowsim.simulate({**kw, "overlap_moe_expert_parallel_comm": True})
+    assert over.step_time_s < base.step_time_s
+    assert over.stages[0].ep_comm_s < base.stages[0].ep_comm_s
+    assert over.memory_bytes_per_gpu > base.memory_bytes_per_gpu  # one more micro-batch in flight
+    for extra, message in [(dict(pp=2), "overlap_moe_expert_parallel_comm: is modelled without pipeline"),
+                           (dict(ep=1), "overlap_moe_expert_parallel_comm: needs a MoE model"),
+                           (dict(moe_token_dispatcher_type="allgather"), "overlap_moe_expert_parallel_comm: needs")]:
+        with pytest.raises(ConfigError) as e:
+            build_config({**kw, "overlap_moe_expert_parallel_comm": True, **extra})
+        assert str(e.value).startswith(message)

@@ -112,6 +112,17 @@ class SimConfig:
         if t.selective_ac_option == "op" and (m.is_moe or m.multi_latent_attention):
             raise ConfigError("selective_ac_option", "op is modelled for dense models with standard attention only "
                               "(torchtitan's MoE and MLA blocks run other ops)", "op")
+        if t.overlap_moe_expert_parallel_comm:
+            if not m.is_moe or t.ep == 1:
+                raise ConfigError("overlap_moe_expert_parallel_comm", "needs a MoE model with "
+                                  "expert_model_parallel_size > 1 (there is no all-to-all to hide)", f"ep={t.ep}")
+            if t.schedule != "dualpipe" and t.pp > 1:
+                raise ConfigError("overlap_moe_expert_parallel_comm", "is modelled without pipeline parallelism "
+                                  "or with the dualpipe schedule (merging 1F1B's passes would hold back the "
+                                  "sends between stages)", f"pp={t.pp}, {t.schedule}")
+            if t.moe_token_dispatcher_type != "alltoall":
+                raise ConfigError("overlap_moe_expert_parallel_comm", "needs moe_token_dispatcher_type alltoall",
+                                  t.moe_token_dispatcher_type)
         if t.schedule == "interleaved" and self.num_microbatches % t.pp:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",

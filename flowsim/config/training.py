@@ -88,6 +88,11 @@ class TrainingConfig:
     expert_tensor_parallel_size : int
         Tensor parallelism inside each expert (Megatron-LM ``--expert-tensor-parallel-size``; 1 = experts are
         not split).
+    overlap_moe_expert_parallel_comm : bool
+        Hide the expert all-to-alls of one micro-batch behind the compute of another (Megatron-LM
+        ``--overlap-moe-expert-parallel-comm``): without pipeline parallelism each forward after the first
+        runs in one call with the previous micro-batch's backward (:mod:`flowsim.schedule`); DualPipe always
+        pairs its passes. Needs ``pp`` 1 or the ``dualpipe`` schedule, and ``alltoall`` dispatch.
     moe_token_dispatcher_type : str
         How routed tokens reach their experts (Megatron-LM ``--moe-token-dispatcher-type``): ``alltoall``
         (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
@@ -138,6 +143,7 @@ class TrainingConfig:
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     moe_token_dispatcher_type: str = "alltoall"
+    overlap_moe_expert_parallel_comm: bool = False
     use_flash_attn: bool = True
     kernel_fusion: str = "fused"
     overlap_comm_sms: int = 0
