@@ -39,6 +39,11 @@ from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
 # (``num_sm=16`` default of ``add_ub`` in transformer_engine/pytorch/module/base.py ``initialize_ub``).
 TP_OVERLAP_SMS = 16
 GRAD_REDUCE_BYTES = 4   # Megatron-LM reduces fp32 gradients (accumulate_allreduce_grads_in_fp32 with bf16)
+# Megatron-core DDP's default bucket (megatron/core/distributed/distributed_data_parallel.py, the
+# DistributedDataParallelConfig.bucket_size docstring): max(40M, 1M x data-parallel size) parameters
+MEGATRON_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25 (MiB)
 PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weights
 
 
@@ -268,10 +273,23 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
             overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
 
 
+def grad_bucket_bytes(cfg: SimConfig) -> float:
+    """Bytes of gradient per bucket of the overlapped data-parallel reduction: ``bucket_size_bytes`` when set,
+    else PyTorch DDP's 25 MiB for eager PyTorch without ZeRO, else Megatron-core's default of
+    ``max(40e6, 1e6 * dp * cp)`` parameters of ``GRAD_REDUCE_BYTES`` each (bigger buckets for bigger
+    groups keep the collectives from being latency-bound, as its docstring says)."""
+    t = cfg.training
+    if t.bucket_size_bytes:
+        return float(t.bucket_size_bytes)
+    if t.kernel_fusion == "eager" and t.zero_stage == 0 and not t.use_distributed_optimizer:
+        return float(TORCH_DDP_BUCKET_BYTES)
+    return float(max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * t.dp * t.cp) * GRAD_REDUCE_BYTES)
+
+
 def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     """Exposed gradient reduction, parameter gathering and cross-kind slow-down of one stage, seconds per step.
 
-    Gradients are reduced in buckets of ``bucket_size_bytes`` (Megatron-LM DDP / PyTorch DDP). A chunk's
+    Gradients are reduced in buckets of :func:`grad_bucket_bytes` (Megatron-LM DDP / PyTorch DDP). A chunk's
     gradients become final during the last micro-batch's backward through it; buckets are taken to be
     ready evenly over that window and are reduced one after another on the communication stream. What
     runs past the end of the stage's last backward is exposed. The distributed optimizer's parameter
@@ -298,7 +316,7 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
              if p[2] > 0 and comms.groups[p[0]][0] > 1]
     times, sms, g_times, g_sms = [], [], [], []  # per part: seconds of each bucket, SMs held
     for g, g_op, n, factor in parts:
-        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / t.bucket_size_bytes)))
+        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / grad_bucket_bytes(cfg))))
         size = n * GRAD_REDUCE_BYTES * factor / nb
         times.append(np.full(nb, comms.time(g, g_op, size, nb)))
         sms.append(comms.ctas(g, g_op, size))

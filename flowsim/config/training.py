@@ -69,7 +69,10 @@ class TrainingConfig:
     tp_comm_overlap : bool
         Tensor-parallel communication overlapped with GEMMs (Megatron/TE userbuffers).
     bucket_size_bytes : float
-        Gradient bucket size for the overlapped reduction, in bytes.
+        Gradient bucket size for the overlapped reduction, in bytes. 0 (default): the framework's default,
+        Megatron-core DDP's ``max(40e6, 1e6 * dp * cp)`` parameters per bucket (``DistributedDataParallelConfig
+        .bucket_size``) of 4-byte gradients, or PyTorch DDP's 25 MiB (``bucket_cap_mb``) with eager kernels
+        and no ZeRO (:func:`flowsim.simulate.grad_bucket_bytes`).
     account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split : bool
         Megatron-LM's uneven split: the embedding (loss) counts as one layer of the first (last) virtual
         pipeline stage, which then holds one transformer layer fewer.
@@ -135,7 +138,7 @@ class TrainingConfig:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
-    bucket_size_bytes: float = 40e6
+    bucket_size_bytes: float = 0.0
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_layer_split: str = "even"
@@ -254,5 +257,6 @@ class TrainingConfig:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:
             raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
-        if not self.bucket_size_bytes > 0:
-            raise ConfigError("bucket_size_bytes", "must be > 0", self.bucket_size_bytes)
+        if not self.bucket_size_bytes >= 0:
+            raise ConfigError("bucket_size_bytes", "must be >= 0 (0 = the framework's default)",
+                              self.bucket_size_bytes)
