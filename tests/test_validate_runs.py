@@ -150,6 +150,14 @@ def test_shared_rows_record_their_assumptions(shared_data):
                                          "torchtitan's default option 2)")
     assert "recompute: torchtitan op-level selective policy (stated in the notes)" in rows[161].assumptions
     assert not any("policy" in a or "block fully" in a for a in rows[72].assumptions)  # Megatron: its own
+    # torchtitan with pp: one micro-batch per stage by default, FSDP kept gathered, gradients reduced at the end
+    assert rows[149].assumptions[:2] == (
+        "micro_batch_size: empty, assumed 4 (torchtitan's default: 8 micro-batches, one per stage)",
+        "fsdp with pp: torchtitan keeps parameters gathered after forward and reduce-scatters gradients after "
+        "the last backward (zero_stage 2, no overlap)")
+    runs, _ = read_runs(shared_data / RUNS)
+    t = flowsim.build_config(row_to_config(runs[runs["id"] == 149].iloc[0])[0]).training
+    assert (t.micro_batch_size, t.zero_stage, t.overlap_grad_reduce) == (4, 2, False)
     assert not any(a.startswith("kernels:") for a in rows[138].assumptions)  # torch.compile
 
 

@@ -21,7 +21,7 @@ Mapping rules (row -> config)
   ``zero_stage`` is taken as given (FSDP rows carry 2 or 3).
 
 Empty cells that have a clear default are filled and recorded in the row's ``assumptions``:
-``micro_batch_size`` -> 1; ``recompute`` -> none; ``vpp`` -> 1 (with pp > 1 the source ran an interleaved
+``micro_batch_size`` -> 1 (torchtitan with pp > 1: one micro-batch per stage, its default); ``recompute`` -> none; ``vpp`` -> 1 (with pp > 1 the source ran an interleaved
 schedule of unknown degree; 1F1B is simulated, which has the largest bubble); ``sp`` -> on when tp > 1;
 ``precision`` -> bf16; ``zero_stage`` -> 0 (1 with the distributed optimizer); ``distributed_optimizer``
 -> off; ``moe_num_experts`` -> 0 (dense); ``ffn_hidden_size`` -> 4h, ``num_query_groups`` -> heads,
@@ -420,7 +420,7 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
             "vpp", 1, pp_text if isinstance(pp, int) and pp > 1 else "assumed 1"),
         "sequence_parallel": default("sp", int(isinstance(tp, int) and tp > 1),
                                      "assumed on with tp > 1 (Megatron-style recipes)"),
-        "micro_batch_size": default("micro_batch_size", 1, "assumed 1"),
+        "micro_batch_size": default("micro_batch_size", *_default_micro_batch(row, pp)),
         "global_batch_size": need("global_batch_size"),
         "seq_length": need("seq_length"),
         "recompute_granularity": default("recompute", "none", "assumed none"),
@@ -467,6 +467,17 @@ def _moe_fields(row: Mapping, assumptions: list) -> dict:
     return out
 
 
+def _default_micro_batch(row: Mapping, pp) -> tuple[int, str]:
+    """Micro-batch size for an empty cell, and the assumption's text: torchtitan splits each data-parallel
+    rank's batch into as many micro-batches as there are pipeline stages unless told otherwise
+    (``pipeline_parallel_microbatches`` defaults to the stage count); everything else gets 1."""
+    local = row["global_batch_size"] / row["dp"] if _known(row["global_batch_size"]) and _known(row["dp"]) else 0
+    if row.get("framework") == "torchtitan" and isinstance(pp, int) and pp > 1 and local and \
+            float(local / pp).is_integer():
+        return int(local // pp), f"assumed {int(local // pp)} (torchtitan's default: {pp} micro-batches, one per stage)"
+    return 1, "assumed 1"
+
+
 def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list) -> dict:
     """Settings the schema has no column for, taken from the row's own source text (recorded as assumptions).
 
@@ -478,6 +489,11 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
       op-level policy (``op``, the llama3 8B recipe's setting).
     * torchtitan rows whose notes do not say torch.compile ran eager kernels (``training.compile`` is off
       by default in torchtitan's job config): ``kernel_fusion: eager``.
+    * torchtitan with FSDP and pipeline parallelism keeps each stage's parameters gathered after the forward
+      (``apply_fsdp``: "for PP, do not reshard after forward to avoid per-microbatch all-gathers") and
+      reduce-scatters the gradients once, after the last micro-batch's backward
+      (``torch.distributed.pipelining`` ``PipelineStage.backward_maybe_with_nosync``): ``zero_stage: 2``
+      with ``overlap_grad_reduce: false``.
     * Layers that do not divide into pp * vpp stages: Megatron-LM / NeMo recipes count the embedding and
       the loss as one layer each (``account_for_*_in_pipeline_split``, as in the Llama-3.1-405B recipes)
       when that makes them divide; otherwise the remainder is spread (``balanced``, the uniform
@@ -506,6 +522,11 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
             stated = re.search(r"per-op|\bop-level", text) and not re.search(r"op- or layer-level not stated", text)
             why = "stated in the notes" if stated else "not stated; the setting of torchtitan's llama3 8B recipe"
             assumptions.append(f"recompute: torchtitan op-level selective policy ({why})")
+    if row.get("framework") == "torchtitan" and training["pipeline_model_parallel_size"] != 1 \
+            and training["zero_stage"] == 3:
+        out.update(zero_stage=2, overlap_grad_reduce=False)
+        assumptions.append("fsdp with pp: torchtitan keeps parameters gathered after forward and reduce-scatters "
+                           "gradients after the last backward (zero_stage 2, no overlap)")
     if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE):
         out["tp_comm_overlap"] = True
         assumptions.append("tp_comm_overlap: on (stated in the source notes)")
