@@ -10,10 +10,13 @@ groups stay inside a scale-up domain and keep the analytic price.
 
 Different kinds that overlap in time share the network too (:func:`cross_kind_extra_s`): a stage's
 gradient reduction, and the distributed optimizer's parameter all-gather beside the next step's first
-forward passes, each run in one simulation with the pipeline sends and expert all-to-alls that the schedule
-puts in the same window, anywhere in the pipeline (:func:`window_traffic`), and each reports its own, longer
-time (:func:`flowsim.collective_flows.run_concurrent`). ZeRO-3/FSDP's per-layer gathers and reduce-scatters
-run beside the all-to-alls and pipeline sends of one layer's window (:func:`layer_cross_kind_extra_s`).
+forward passes, each run in one simulation with the pipeline sends, expert all-to-alls and context-parallel
+transfers that the schedule puts in the same window, anywhere in the pipeline (:func:`window_traffic`), and
+each reports its own, longer time (:func:`flowsim.collective_flows.run_concurrent`). ZeRO-3/FSDP's
+per-layer gathers and reduce-scatters run beside the all-to-alls, context-parallel transfers and pipeline
+sends of one layer's window (:func:`layer_cross_kind_extra_s`). The all-to-alls' own slow-down lengthens
+the stage's passes; that of the context-parallel transfers, which run beside the attention kernels, and of
+the pipeline sends is not charged.
 """
 from __future__ import annotations
 
@@ -104,11 +107,23 @@ def _a2a_bytes(wl) -> dict:
             for ph in ("fwd", "bwd", "recompute")}
 
 
+def _cp_bytes(wl) -> dict:
+    """Context-parallel bytes of one layer for one micro-batch: ``{op: {phase: bytes}}`` (ring attention's
+    K/V ``sendrecv``, or the all-gather variant's ``allgather`` and ``reducescatter``). Dense and MoE layers
+    run the same attention."""
+    out = {}
+    for c in wl.layer.comms:
+        if c.group == "cp":
+            ph = out.setdefault(c.op, dict.fromkeys(("fwd", "bwd", "recompute"), 0.0))
+            ph[c.phase] += c.count * c.size_bytes
+    return out
+
+
 def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) -> tuple:
     """Pipeline sends and expert all-to-alls of the whole pipeline that run between ``t0_s`` and ``t1_s``.
 
-    Each stage's all-to-alls are the bytes of its passes (forward, backward with its recompute) that overlap
-    the window, pro rata of the overlap; each boundary's sends are the sends (one ``p2p_bytes`` transfer after
+    Each stage's all-to-alls and context-parallel transfers are the bytes of its passes (forward, backward with
+    its recompute) that overlap the window, pro rata of the overlap; each boundary's sends are the sends (one ``p2p_bytes`` transfer after
     each pass that feeds the neighbouring stage, lasting the stage-0 send time) that overlap it, counted per
     direction, the busier direction's count carried both ways (``sendrecv``).
 
@@ -128,7 +143,8 @@ def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) 
     Returns
     -------
     tuple of Traffic
-        ``("ep", stage, "alltoall", bytes)`` and ``("pp", boundary, "sendrecv", bytes)``, non-zero only.
+        ``("ep", stage, "alltoall", bytes)``, ``("cp", stage, op, bytes)`` and ``("pp", boundary, "sendrecv",
+        bytes)``, non-zero only.
     """
     t = cfg.training
     p, v = t.pp, t.vpp
@@ -136,13 +152,18 @@ def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) 
     start, end = timeline.start_s, timeline.end_op_s
     stage = np.arange(p)[:, None]
     out = []
+    frac = np.clip(np.minimum(end, t1_s) - np.maximum(start, t0_s), 0.0, None) / np.maximum(end - start, 1e-30)
     if t.ep > 1 and wl.moe_layer is not None:
         per = _a2a_bytes(wl)
         moe, rec = wl.chunk_moe_layers[stage, chunk], wl.chunk_recompute_moe_layers[stage, chunk]
         pass_bytes = np.where(kind == FWD, moe * per["fwd"],
                               np.where(kind == BWD, moe * per["bwd"] + rec * per["recompute"], 0.0))
-        frac = np.clip(np.minimum(end, t1_s) - np.maximum(start, t0_s), 0.0, None) / np.maximum(end - start, 1e-30)
         out += [("ep", s, "alltoall", float(b)) for s, b in enumerate((frac * pass_bytes).sum(axis=1)) if b > 0]
+    layers, rec = wl.chunk_layers[stage, chunk], wl.chunk_recompute_layers[stage, chunk]
+    for op, per in _cp_bytes(wl).items():
+        pass_bytes = np.where(kind == FWD, layers * per["fwd"],
+                              np.where(kind == BWD, layers * per["bwd"] + rec * per["recompute"], 0.0))
+        out += [("cp", s, op, float(b)) for s, b in enumerate((frac * pass_bytes).sum(axis=1)) if b > 0]
     if p > 1:
         p2p_s = flow_time_s(cfg, gpu, "pp", "sendrecv", wl.p2p_bytes)
         sending = (end < t1_s) & (end + p2p_s > t0_s)
@@ -156,10 +177,12 @@ def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) 
 
 
 def layer_traffic(cfg: SimConfig, wl, stage: int) -> dict:
-    """Expert all-to-alls and pipeline sends of one layer's forward and backward window of a stage, bytes.
+    """Expert all-to-alls, context-parallel transfers and pipeline sends of one layer's forward and backward
+    window of a stage, bytes.
 
     Volumes, as :func:`window_traffic` takes them, averaged over the stage's layer passes of the step: the
-    all-to-all bytes of its MoE layers (backward with their recompute) and the sends over its boundary to
+    all-to-all bytes of its MoE layers (backward with their recompute), one layer's context-parallel bytes
+    (backward with its share of recompute) and the sends over its boundary to
     the next stage (one ``p2p_bytes`` each way per chunk pass: activations up after the forward, gradients
     back after the backward), divided by the layer passes of each phase. For a stage with a next stage (the
     last stage's boundary wraps to the first).
@@ -179,7 +202,12 @@ def layer_traffic(cfg: SimConfig, wl, stage: int) -> dict:
         moe, rec = float(wl.chunk_moe_layers[stage] @ runs), float(wl.chunk_recompute_moe_layers[stage] @ runs)
         per = {"fwd": moe * a2a["fwd"], "bwd": moe * a2a["bwd"] + rec * a2a["recompute"]}
     sends = (("pp", stage, "sendrecv", float(runs.sum()) * wl.p2p_bytes / n_layers),) if t.pp > 1 else ()
-    return {ph: ((("ep", stage, "alltoall", b / n_layers),) if b > 0 else ()) + sends for ph, b in per.items()}
+    rec = float(wl.chunk_recompute_layers[stage] @ runs) / n_layers  # recomputed share of the layer passes
+    cp = {ph: tuple(("cp", stage, op, b) for op, per in _cp_bytes(wl).items()
+                    if (b := per[ph] + (rec * per["recompute"] if ph == "bwd" else 0.0)) > 0)
+          for ph in ("fwd", "bwd")}
+    return {ph: ((("ep", stage, "alltoall", b / n_layers),) if b > 0 else ()) + cp[ph] + sends
+            for ph, b in per.items()}
 
 
 def _extra_beside_s(cfg: SimConfig, gpu, parts: tuple, n_chain: int, others: tuple) -> tuple:

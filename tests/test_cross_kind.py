@@ -177,3 +177,32 @@ def test_fsdp_step_with_layer_sharing_is_never_shorter(monkeypatch):
     assert shared.step_time_s > separate.step_time_s
     assert shared.stages[0].dp_comm_s > separate.stages[0].dp_comm_s
     assert shared.stages[0].compute_s == separate.stages[0].compute_s
+
+
+def test_context_parallel_transfers_join_the_windows():
+    # Llama 3 8B, CP 4 across 4 two-GPU nodes of one NIC each: ring attention passes each rank's K and V
+    # chunk (2 x s/cp x g x d x 2 bytes) cp - 1 times per layer forward and twice as much backward
+    cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=16, gpus_per_node=2, nics_per_node=1, cp=4,
+                       seq=8192, gbs=4, distributed_optimizer=True, comm_engine="flow")
+    wl = build_workload(cfg)
+    kv = 2 * 8192 // 4 * 8 * 128 * 2
+    per_fwd = 3 * kv
+    assert layer_traffic(cfg, wl, 0) == {"fwd": (("cp", 0, "sendrecv", per_fwd),),
+                                         "bwd": (("cp", 0, "sendrecv", 2 * per_fwd),)}
+    tl = flowsim.simulate(cfg).timeline.pipeline
+    m = cfg.num_microbatches
+    assert window_traffic(cfg, H100, wl, tl, 0.0, np.inf) == (("cp", 0, "sendrecv", pytest.approx(m * 32 * 3 * per_fwd)),)
+
+
+def test_context_parallel_transfers_slow_the_gradient_reduction(monkeypatch):
+    # the same job: the stage's DP reduce-scatter runs beside the last backward's ring-attention transfers on
+    # the one NIC of each node, so it takes longer than with the CP bytes left out of the window
+    cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=16, gpus_per_node=2, nics_per_node=1, cp=4,
+                       seq=8192, gbs=4, distributed_optimizer=True, comm_engine="flow")
+    shared = flowsim.simulate(cfg)
+    step_flows = importlib.import_module("flowsim.step_flows")
+    monkeypatch.setattr(step_flows, "_cp_bytes", lambda wl: {})
+    step_flows._together_s.cache_clear()
+    alone = flowsim.simulate(cfg)
+    assert shared.timeline.dp_exposed_s[0] > alone.timeline.dp_exposed_s[0]
+    assert shared.step_time_s > alone.step_time_s
