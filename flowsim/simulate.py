@@ -273,14 +273,17 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
             overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
 
 
-def grad_bucket_bytes(cfg: SimConfig) -> float:
-    """Bytes of gradient per bucket of the overlapped data-parallel reduction: ``bucket_size_bytes`` when set,
-    else PyTorch DDP's 25 MiB for eager PyTorch without ZeRO, else Megatron-core's default of
-    ``max(40e6, 1e6 * dp * cp)`` parameters of ``GRAD_REDUCE_BYTES`` each (bigger buckets for bigger
-    groups keep the collectives from being latency-bound, as its docstring says)."""
+def grad_bucket_bytes(cfg: SimConfig, wl, stage: int) -> float:
+    """Bytes of gradient per bucket of the overlapped data-parallel reduction of ``stage``:
+    ``bucket_size_bytes`` when set; with ZeRO-2 (FSDP ``SHARD_GRAD_OP``, which reduce-scatters each wrapped
+    block's gradients) one layer's parameters; PyTorch DDP's 25 MiB for eager PyTorch without ZeRO; else
+    Megatron-core's default of ``max(40e6, 1e6 * dp * cp)`` parameters (bigger buckets for bigger groups
+    keep the collectives from being latency-bound, as its docstring says); ``GRAD_REDUCE_BYTES`` each."""
     t = cfg.training
     if t.bucket_size_bytes:
         return float(t.bucket_size_bytes)
+    if t.zero_stage >= 2:
+        return wl.stage_params[stage] / max(int(wl.chunk_layers[stage].sum()), 1) * GRAD_REDUCE_BYTES
     if t.kernel_fusion == "eager" and t.zero_stage == 0 and not t.use_distributed_optimizer:
         return float(TORCH_DDP_BUCKET_BYTES)
     return float(max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * t.dp * t.cp) * GRAD_REDUCE_BYTES)
@@ -316,7 +319,7 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
              if p[2] > 0 and comms.groups[p[0]][0] > 1]
     times, sms, g_times, g_sms = [], [], [], []  # per part: seconds of each bucket, SMs held
     for g, g_op, n, factor in parts:
-        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / grad_bucket_bytes(cfg))))
+        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / grad_bucket_bytes(cfg, wl, stage))))
         size = n * GRAD_REDUCE_BYTES * factor / nb
         times.append(np.full(nb, comms.time(g, g_op, size, nb)))
         sms.append(comms.ctas(g, g_op, size))

@@ -71,8 +71,9 @@ class TrainingConfig:
     bucket_size_bytes : float
         Gradient bucket size for the overlapped reduction, in bytes. 0 (default): the framework's default,
         Megatron-core DDP's ``max(40e6, 1e6 * dp * cp)`` parameters per bucket (``DistributedDataParallelConfig
-        .bucket_size``) of 4-byte gradients, or PyTorch DDP's 25 MiB (``bucket_cap_mb``) with eager kernels
-        and no ZeRO (:func:`flowsim.simulate.grad_bucket_bytes`).
+        .bucket_size``) of 4-byte gradients, one layer with ZeRO-2 (FSDP reduces per wrapped block), or
+        PyTorch DDP's 25 MiB (``bucket_cap_mb``) with eager kernels and no ZeRO
+        (:func:`flowsim.simulate.grad_bucket_bytes`).
     account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split : bool
         Megatron-LM's uneven split: the embedding (loss) counts as one layer of the first (last) virtual
         pipeline stage, which then holds one transformer layer fewer.
