@@ -28,3 +28,23 @@ def test_overlap_comm_sms_sets_the_share():
     with pytest.raises(ConfigError) as e:
         build_config(**base, overlap_comm_sms=-1)
     assert str(e.value).startswith("overlap_comm_sms:")
+
+
+def test_gradient_buckets_follow_the_framework_defaults():
+    from flowsim.simulate import grad_bucket_bytes
+    from flowsim.workload import build_workload
+
+    def bucket(**kw):
+        cfg = build_config(model="llama3-8b", cluster="dgx-h100", **kw)
+        return grad_bucket_bytes(cfg, build_workload(cfg), 0)
+
+    # Megatron-core DDP: max(40M, 1M x dp x cp) parameters of 4-byte gradients
+    assert bucket(gpus=8, gbs=8, distributed_optimizer=True) == 40e6 * 4
+    assert bucket(gpus=128, gbs=128, cp=2) == 1e6 * (64 * 2) * 4  # dp 64 x cp 2
+    # PyTorch DDP with eager modules: bucket_cap_mb = 25 MiB
+    assert bucket(gpus=8, gbs=8, kernel_fusion="eager") == 25 * 2**20
+    # FSDP SHARD_GRAD_OP: one transformer block's gradients
+    cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=8, zero_stage=2)
+    wl = build_workload(cfg)
+    assert grad_bucket_bytes(cfg, wl, 0) == pytest.approx(wl.stage_params[0] / 32 * 4)
+    assert bucket(gpus=8, gbs=8, bucket_size_bytes=1e6) == 1e6
