@@ -21,6 +21,14 @@ def _parse_set(values) -> dict:
     return out
 
 
+def _recompute_label(t: dict) -> str:
+    """``none``, ``full``, or ``selective[...]`` with the policy (Megatron modules or torchtitan's option)."""
+    if t["recompute_granularity"] != "selective":
+        return t["recompute_granularity"]
+    what = t["selective_ac_option"] and f"ac={t['selective_ac_option']}" or ",".join(t["recompute_modules"])
+    return f"selective[{what}]"
+
+
 def _report(r) -> str:
     cfg = r.config
     t, c, m = cfg["training"], cfg["cluster"], cfg["model"]
@@ -30,7 +38,7 @@ def _report(r) -> str:
         f"layout tp={t['tensor_model_parallel_size']} pp={t['pipeline_model_parallel_size']} "
         f"vpp={t['virtual_pipeline_model_parallel_size']} dp={t['data_parallel_size']} "
         f"cp={t['context_parallel_size']} ep={t['expert_model_parallel_size']} sp={int(t['sequence_parallel'])}  mbs={t['micro_batch_size']} "
-        f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={t['recompute_granularity']} "
+        f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={_recompute_label(t)} "
         f"precision={t['precision']} schedule={t['pipeline_schedule']} kernels={t['kernel_fusion']}",
         "",
         f"step time        {r.step_time_s:10.4f} s",
