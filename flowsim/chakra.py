@@ -44,7 +44,7 @@ def chakra_traces(result: Result) -> list[dict]:
     t = result.config["training"]
     stride = t["tensor_model_parallel_size"] * t["context_parallel_size"] * t["data_parallel_size"]
     blocks = [b for b in ("layer", "moe_layer") if b in tl.spans]
-    seqs = {(b, kind): layer_ops(tl, b, kind) for b in blocks for kind in ("fwd", "bwd")}
+    seqs = {(b, kind): layer_ops(tl, b, kind) for b in blocks for kind in ("fwd", "bwd", "recompute")}
     # the (stage, chunk) before and after each virtual stage on a micro-batch's path (-1 at the ends)
     up, down = path_links(SCHEDULE_IDS[TrainingConfig(**t).schedule], p, tl.chunk_layers.shape[1])
     out = []
@@ -68,8 +68,15 @@ def chakra_traces(result: Result) -> list[dict]:
                               _attr("comm_size", tl.p2p_bytes), _attr("comm_tag", mb)]})
             n_moe = int(tl.chunk_moe_layers[s, chunk])
             kinds = ["layer"] * (int(tl.chunk_layers[s, chunk]) - n_moe) + ["moe_layer"] * n_moe
+            # recomputed layers (the first of each kind, Megatron's block method) re-run their ops first
+            n_rec = {"layer": int(tl.chunk_recompute_layers[s, chunk] - tl.chunk_recompute_moe_layers[s, chunk]),
+                     "moe_layer": int(tl.chunk_recompute_moe_layers[s, chunk])}
+            seen = {"layer": 0, "moe_layer": 0}
             for li, block in enumerate(kinds):
                 ops = seqs[(block, kind)]
+                if kind == "bwd" and seen[block] < n_rec[block]:
+                    ops = seqs[(block, "recompute")] + ops
+                seen[block] += 1
                 comp = [(n, dt, a) for n, dt, a in ops if "kind" in a]
                 add({"name": f"{kind} mb{mb} c{chunk} layer{li}", "type": COMP_NODE,
                      "duration_micros": int(round(sum(dt for _, dt, _ in comp) * 1e6)),

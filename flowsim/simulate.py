@@ -56,7 +56,8 @@ _predict = functools.lru_cache(maxsize=65536)(predict)
 @dataclasses.dataclass(frozen=True)
 class StepTimeline:
     """What a trace needs (see :mod:`flowsim.trace`, :mod:`flowsim.chakra`): the pipeline schedule (seconds),
-    the p2p time and bytes, the layers (and MoE layers) of each chunk, the op table with each op's seconds
+    the p2p time and bytes, the layers (and MoE layers) of each chunk and how many of each re-run their
+    ``recompute`` ops, the op table with each op's seconds
     and the row span of each block, each layer block's collectives with their estimates, the group sizes,
     each stage's exposed data-parallel and optimizer seconds, and ``block_runs``: per block name, int64[p, 3],
     how many times one GPU of each stage runs the block's ``fwd``, ``bwd`` and ``recompute`` ops per step."""
@@ -66,6 +67,8 @@ class StepTimeline:
     p2p_bytes: float
     chunk_layers: np.ndarray
     chunk_moe_layers: np.ndarray
+    chunk_recompute_layers: np.ndarray
+    chunk_recompute_moe_layers: np.ndarray
     ops: pd.DataFrame
     op_time_s: np.ndarray
     spans: dict
@@ -542,7 +545,7 @@ def simulate(config=None, **overrides) -> Result:
         memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
                        "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
         timeline=StepTimeline(pipeline=tl, p2p_s=p2p, p2p_bytes=wl.p2p_bytes, chunk_layers=L, chunk_moe_layers=M,
-                              ops=ops, op_time_s=t_ops, spans=spans,
+                              chunk_recompute_layers=R, chunk_recompute_moe_layers=RM, ops=ops, op_time_s=t_ops, spans=spans,
                               comms={b: tuple((c, comms.estimate(c)) for c in getattr(wl, b).comms)
                                      for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
                               group_sizes={g: n for g, (n, _) in comms.groups.items()},

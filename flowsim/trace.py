@@ -4,8 +4,9 @@ One process per pipeline stage; thread 1 is the compute stream (every forward, b
 split-backward schedules, weight-gradient pass of every micro-batch and model chunk, and the optimizer
 step), thread 2 the data-parallel communication left after the last backward, thread 3 the pipeline
 sends (to the stage the schedule routes each output to). Passes of the first micro-batch are expanded
-into their layers' ops (GEMM shapes, attention shapes, bytes of memory-bound kernels) and collectives
-(size, ranks, NCCL algorithm/protocol). Timestamps are microseconds, as the format requires.
+into the ops of one layer of their chunk (a MoE layer where most of the chunk's layers are MoE; a backward
+starts with the ops its layer recomputes): GEMM shapes, attention shapes, bytes of memory-bound kernels,
+and collectives (size, ranks, NCCL algorithm/protocol). Timestamps are microseconds, as the format requires.
 """
 from __future__ import annotations
 
@@ -20,13 +21,17 @@ _US = 1e6
 
 
 def layer_ops(tl, block: str, phase: str) -> list[tuple[str, float, dict]]:
-    """(name, seconds, args) of one layer's kernels and collectives in one phase, in order."""
+    """(name, seconds, args) of one layer's kernels and collectives in one phase (``fwd``, ``bwd`` or
+    ``recompute``), in order."""
     sl = tl.spans[block]
     c = tl.ops.iloc[sl]
     out = []
     for (_, r), dt in zip(c.iterrows(), tl.op_time_s[sl]):
         if r["phase"] != phase:
             continue
+        if phase == "recompute":
+            r = r.copy()
+            r["name"] = f"{r['name']} (recompute)"
         if r["kind"] == "gemm":
             shape = f"{r['m']}x{r['n']}x{r['k']}" + (f" x{r['batch']}" if r["batch"] > 1 else "")
         elif r["kind"].startswith("attn"):
@@ -62,7 +67,17 @@ def chrome_trace(result: Result) -> dict:
     pl = tl.pipeline
     events = []
     p, n_ops = pl.start_s.shape
-    first_layer = {"fwd": layer_ops(tl, "layer", "fwd"), "bwd": layer_ops(tl, "layer", "bwd")}
+    blocks = [b for b in ("layer", "moe_layer") if b in tl.spans]
+    seqs = {(b, ph): layer_ops(tl, b, ph) for b in blocks for ph in ("fwd", "bwd", "recompute")}
+
+    def first_layer(s, chunk, kind):
+        """The ops of one layer of the chunk: a MoE layer if most of its layers are; a recomputed backward
+        starts with the re-run forward ops."""
+        moe = "moe_layer" in tl.spans and 2 * tl.chunk_moe_layers[s, chunk] > tl.chunk_layers[s, chunk]
+        block, rec = ("moe_layer", tl.chunk_recompute_moe_layers) if moe else ("layer", tl.chunk_recompute_layers)
+        ops = seqs[(block, kind)]
+        return seqs[(block, "recompute")] + ops if kind == "bwd" and rec[s, chunk] > 0 else ops
+
     for s in range(p):
         events.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}"}})
         for tid, name in ((COMPUTE_TID, "compute"), (DP_TID, "dp comm"), (PP_TID, "pp send")):
@@ -73,9 +88,9 @@ def chrome_trace(result: Result) -> dict:
             kind = PASS_NAMES[kind_id]
             events.append({"ph": "X", "name": f"{kind} mb{mb} c{chunk}", "cat": kind, "pid": s, "tid": COMPUTE_TID,
                            "ts": t0 * _US, "dur": (t1 - t0) * _US, "args": {"microbatch": mb, "chunk": chunk}})
-            if mb == 0 and kind in first_layer:  # expand the first micro-batch into its first layer's ops
+            if mb == 0 and kind in ("fwd", "bwd"):  # expand the first micro-batch into one layer's ops
                 t = t0
-                for name, dt, args in first_layer[kind]:
+                for name, dt, args in first_layer(s, chunk, kind):
                     events.append({"ph": "X", "name": name, "cat": args.get("kind", "comm"), "pid": s,
                                    "tid": COMPUTE_TID, "ts": t * _US, "dur": dt * _US, "args": args})
                     t += dt

@@ -1,6 +1,7 @@
 """Chakra execution-trace export: node counts follow the schedule and the layer's collectives."""
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import flowsim
@@ -38,3 +39,21 @@ def test_cli_writes_one_file_per_stage(tmp_path):
     files = sorted(p.name for p in (tmp_path / "et").iterdir())
     assert files == ["chakra.0.json", "chakra.8.json"]  # representative ranks of stages 0 and 1 (stride 8)
     assert json.loads((tmp_path / "et" / "chakra.8.json").read_text())["stage"] == 1
+
+
+def test_recomputed_layers_rerun_their_forward_in_backward():
+    # full recompute of 4 layers per chunk: those layers' backward nodes carry a forward's FLOPs more, and
+    # their re-run TP collectives (AG + RS per block) add 4 collective nodes each
+    def bwd_nodes(**kw):
+        nodes = chakra_traces(flowsim.simulate(**CFG, **kw))[0]["nodes"]
+        flops = [{a["name"]: a["int64_val"] for a in n["attr"]}["num_ops"] for n in nodes
+                 if n["type"] == COMP_NODE and n["name"].startswith("bwd mb0 ")]
+        return flops, sum(n["type"] == COMM_COLL_NODE for n in nodes)
+
+    plain, plain_colls = bwd_nodes()
+    rec, rec_colls = bwd_nodes(recompute="full", recompute_num_layers=4)
+    fwd = flowsim.simulate(**CFG).timeline
+    c = fwd.ops.iloc[fwd.spans["layer"]]
+    fwd_flops = float((c["flops"] * c["count"])[c["phase"] == "fwd"].sum())
+    assert [r - p for r, p in zip(rec, plain)] == pytest.approx([fwd_flops] * 4 + [0] * 12, abs=2)
+    assert rec_colls - plain_colls == (32 // 4) * 4 * 4

@@ -81,6 +81,20 @@ def test_chrome_trace_is_valid_trace_event_format(runner, tmp_path):
     assert len(passes) == 2 * 2 * (32 // 4)
 
 
+def test_chrome_trace_expands_the_layer_each_chunk_runs():
+    from flowsim.trace import chrome_trace
+
+    # Qwen3-235B: every layer is MoE, so the first micro-batch's passes show expert GEMMs and the
+    # all-to-alls; with selective recompute its backward starts with the re-run attention kernel
+    r = flowsim.simulate(dict(model="qwen3-235b-a22b", cluster="dgx-h100", gpus=64, pp=4, ep=16, gbs=64,
+                              recompute="selective", pipeline_layer_split="balanced"))
+    events = [e for e in chrome_trace(r)["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
+    names = [e["name"] for e in events]
+    assert "expert_fc1" in names and "ep:alltoall" in names and "fc1" not in names
+    first_bwd = names.index("bwd mb0 c0")
+    assert names[first_bwd + 1] == "attention (recompute)"
+
+
 @pytest.mark.parametrize("kw", [
     dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, gbs=1536, sp=True, recompute="full"),
     dict(model="llama3-8b", cluster="dgx-h100", gpus=32, tp=2, pp=4, vpp=2, gbs=64, sp=True),
