@@ -1,6 +1,7 @@
 """Activation recompute policies: what each re-runs (FLOPs, collectives), on which layers, and what it keeps."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import flowsim
 from flowsim.config import build_config
@@ -122,3 +123,26 @@ def test_recompute_rules(kw, message):
     with pytest.raises(ConfigError) as e:
         build_config(**base)
     assert str(e.value).startswith(message)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), mbs=st.sampled_from([1, 2]),
+       modules=st.lists(st.sampled_from(["core_attn", "layernorm", "mlp"]), min_size=1, unique=True),
+       option=st.sampled_from(["op", "1", "2", "3"]))
+def test_recompute_costs_time_and_saves_memory(tp, pp, mbs, modules, option):
+    # any policy re-runs work (never a faster step) and keeps fewer activations (never more memory);
+    # checking every N-th block fully costs at most full recompute
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=16, tp=tp, pp=pp, mbs=mbs, gbs=16 * mbs,
+                sp=tp > 1, seq=4096)
+    none = flowsim.simulate(base)
+    full = flowsim.simulate({**base, "recompute": "full"})
+    for kw in (dict(recompute="selective", recompute_modules=modules),
+               dict(recompute="selective", selective_ac_option=option)):
+        r = flowsim.simulate({**base, **kw})
+        assert none.step_time_s <= r.step_time_s * (1 + 1e-12)
+        assert r.hardware_flops >= none.hardware_flops
+        assert r.memory_bytes_per_gpu <= none.memory_bytes_per_gpu * (1 + 1e-12)
+    every = flowsim.simulate({**base, "recompute": "selective", "selective_ac_option": option}) \
+        if option != "op" else None
+    if every is not None:
+        assert every.hardware_flops <= full.hardware_flops * (1 + 1e-12)
