@@ -353,13 +353,13 @@ def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, ac
         comms.append(_comm("tp", "allgather", act, "recompute", count=2))
 
 
-def mlp_ops(rows, m, tokens, width, dt, full, prefix="", fusion="fused"):
-    """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens
-    (``fusion``: the memory-bound kernel set, :mod:`flowsim.fusion`)."""
+def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused"):
+    """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens, with their
+    forward again when ``rerun`` (``fusion``: the memory-bound kernel set, :mod:`flowsim.fusion`)."""
     fc1_out = (2 if m.gated else 1) * width
-    _linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, full)
-    _elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, full)
-    _linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, full)
+    _linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, rerun)
+    _elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, rerun)
+    _linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, rerun)
     if m.add_bias_linear and fusion == "eager":
         _elementwise(rows, f"{prefix}fc1.bias_grad", "bias_grad", fusion, tokens * fc1_out, False)
         _elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
