@@ -135,9 +135,8 @@ def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
     ``(p + 1) / 2`` of its two-chunk stages (DeepSeek-V3 Table 2).
     """
     t = cfg.training
-    paired = t.overlap_moe_expert_parallel_comm and t.schedule == "1f1b"
     return held_microbatches(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), cfg.num_microbatches,
-                             paired)[stage]
+                             t.paired_1f1b)[stage]
 
 
 def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:

@@ -474,7 +474,7 @@ def simulate(config=None, **overrides) -> Result:
         bwd_s[s, c] += part(head, "bwd")
 
     p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * int(runs.sum())) if p > 1 else 0.0
-    paired = t.overlap_moe_expert_parallel_comm and t.schedule == "1f1b"
+    paired = t.paired_1f1b
     hidden = _paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" or paired else None
     tl = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, p2p, wgrad_s, hidden, paired=paired)
     tl0 = simulate_pipeline(t.schedule, m, fwd_s, bwd_s, 0.0, wgrad_s, hidden, paired=paired) if p > 1 else tl

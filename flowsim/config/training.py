@@ -188,6 +188,11 @@ class TrainingConfig:
             return self.pipeline_schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
 
+    @property
+    def paired_1f1b(self) -> bool:
+        """1F1B with each steady-state forward and backward in one call (EP all-to-all overlap)."""
+        return self.overlap_moe_expert_parallel_comm and self.schedule == "1f1b"
+
     def _validate_recompute(self) -> None:
         from flowsim.recompute import MEGATRON_MODULES
 
