@@ -545,7 +545,8 @@ def simulate(config=None, **overrides) -> Result:
         memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
                        "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
         timeline=StepTimeline(pipeline=tl, p2p_s=p2p, p2p_bytes=wl.p2p_bytes, chunk_layers=L, chunk_moe_layers=M,
-                              chunk_recompute_layers=R, chunk_recompute_moe_layers=RM, ops=ops, op_time_s=t_ops, spans=spans,
+                              chunk_recompute_layers=R, chunk_recompute_moe_layers=RM, ops=ops, op_time_s=t_ops,
+                              spans=spans,
                               comms={b: tuple((c, comms.estimate(c)) for c in getattr(wl, b).comms)
                                      for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
                               group_sizes={g: n for g, (n, _) in comms.groups.items()},

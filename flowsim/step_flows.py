@@ -120,12 +120,13 @@ def _cp_bytes(wl) -> dict:
 
 
 def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) -> tuple:
-    """Pipeline sends and expert all-to-alls of the whole pipeline that run between ``t0_s`` and ``t1_s``.
+    """Pipeline sends, expert all-to-alls and context-parallel transfers of the whole pipeline that run between
+    ``t0_s`` and ``t1_s``.
 
     Each stage's all-to-alls and context-parallel transfers are the bytes of its passes (forward, backward with
-    its recompute) that overlap the window, pro rata of the overlap; each boundary's sends are the sends (one ``p2p_bytes`` transfer after
-    each pass that feeds the neighbouring stage, lasting the stage-0 send time) that overlap it, counted per
-    direction, the busier direction's count carried both ways (``sendrecv``).
+    its recompute) that overlap the window, pro rata of the overlap; each boundary's sends are the sends (one
+    ``p2p_bytes`` transfer after each pass that feeds the neighbouring stage, lasting the stage-0 send time)
+    that overlap it, counted per direction, the busier direction's count carried both ways (``sendrecv``).
 
     Parameters
     ----------

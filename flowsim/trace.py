@@ -74,9 +74,10 @@ def chrome_trace(result: Result) -> dict:
         """The ops of one layer of the chunk: a MoE layer if most of its layers are; a recomputed backward
         starts with the re-run forward ops."""
         moe = "moe_layer" in tl.spans and 2 * tl.chunk_moe_layers[s, chunk] > tl.chunk_layers[s, chunk]
-        block, rec = ("moe_layer", tl.chunk_recompute_moe_layers) if moe else ("layer", tl.chunk_recompute_layers)
+        moe_rec = tl.chunk_recompute_moe_layers[s, chunk]
+        block, rec = ("moe_layer", moe_rec) if moe else ("layer", tl.chunk_recompute_layers[s, chunk] - moe_rec)
         ops = seqs[(block, kind)]
-        return seqs[(block, "recompute")] + ops if kind == "bwd" and rec[s, chunk] > 0 else ops
+        return seqs[(block, "recompute")] + ops if kind == "bwd" and rec > 0 else ops
 
     for s in range(p):
         events.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}"}})

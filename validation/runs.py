@@ -21,7 +21,8 @@ Mapping rules (row -> config)
   ``zero_stage`` is taken as given (FSDP rows carry 2 or 3).
 
 Empty cells that have a clear default are filled and recorded in the row's ``assumptions``:
-``micro_batch_size`` -> 1 (torchtitan with pp > 1: one micro-batch per stage, its default); ``recompute`` -> none; ``vpp`` -> 1 (with pp > 1 the source ran an interleaved
+``micro_batch_size`` -> 1 (torchtitan with pp > 1: one micro-batch per stage, its default); ``recompute``
+-> none; ``vpp`` -> 1 (with pp > 1 the source ran an interleaved
 schedule of unknown degree; 1F1B is simulated, which has the largest bubble); ``sp`` -> on when tp > 1;
 ``precision`` -> bf16; ``zero_stage`` -> 0 (1 with the distributed optimizer); ``distributed_optimizer``
 -> off; ``moe_num_experts`` -> 0 (dense); ``ffn_hidden_size`` -> 4h, ``num_query_groups`` -> heads,
@@ -513,10 +514,13 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
     if training["recompute_granularity"] == "selective" and row.get("framework") not in ("megatron-lm", "nemo"):
         every = re.search(r"every (\d+|n)-?(?:th)? (?:block|layer)|layer-level selective", text, re.IGNORECASE)
         if every:
-            n = every.group(1) if every.group(0)[:5].lower() == "every" and every.group(1).isdigit() else None
+            n = every.group(1) if every.group(1) and every.group(1).isdigit() else None
             out["selective_ac_option"] = n or "2"
-            assumptions.append("recompute: every {} block fully recomputed ({})".format(
-                *((f"{n}-th", "from the notes") if n else ("2nd", "n not stated; torchtitan's default option 2"))))
+            if n:
+                assumptions.append(f"recompute: every {n}-th block fully recomputed (from the notes)")
+            else:
+                assumptions.append("recompute: every 2nd block fully recomputed (n not stated; torchtitan's "
+                                   "default option 2)")
         elif row.get("framework") == "torchtitan":
             out["selective_ac_option"] = "op"
             stated = re.search(r"per-op|\bop-level", text) and not re.search(r"op- or layer-level not stated", text)

@@ -25,7 +25,7 @@ def _recompute_label(t: dict) -> str:
     """``none``, ``full``, or ``selective[...]`` with the policy (Megatron modules or torchtitan's option)."""
     if t["recompute_granularity"] != "selective":
         return t["recompute_granularity"]
-    what = t["selective_ac_option"] and f"ac={t['selective_ac_option']}" or ",".join(t["recompute_modules"])
+    what = f"ac={t['selective_ac_option']}" if t["selective_ac_option"] else ",".join(t["recompute_modules"])
     return f"selective[{what}]"
 
 
