@@ -24,7 +24,7 @@ import json, resource, sys, time, warnings
 warnings.simplefilter("ignore")
 import torch
 from flowsim.capture import GPTShape, capture, gpt_example
-from flowsim.captured import simulate_workload
+from flowsim.capture.program import simulate_workload
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 case = json.loads(sys.argv[1])
 t0 = time.perf_counter()

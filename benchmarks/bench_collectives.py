@@ -1,4 +1,4 @@
-"""Speed of the flow engine for collectives (flowsim.collective_flows); figures go to docs/PERFORMANCE.md.
+"""Speed of the flow engine for collectives (flowsim.network.collective_flows); figures go to docs/PERFORMANCE.md.
 
 Cases (issue 4): a 30-size AllReduce sweep (8 B .. 4 GiB, doubling) on 1,024 GPUs (128 DGX H100 hosts,
 rail-optimised, radix 64), target < 2 s; one 4 GiB AllReduce across 16,384 GPUs (2,048 hosts, three tiers
@@ -16,7 +16,7 @@ import statistics
 import time
 from collections import Counter
 
-from flowsim.collective_flows import cached_topology, run_collective
+from flowsim.network.collective_flows import cached_topology, run_collective
 from flowsim.config.cluster import ClusterConfig
 from flowsim.gpu_specs import get_gpu
 

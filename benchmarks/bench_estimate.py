@@ -13,7 +13,7 @@ import sys
 import time
 
 import flowsim
-from flowsim.simulate import simulate
+from flowsim.step.simulate import simulate
 
 ARGS = dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, dp=16, gbs=1536, sp=True)
 CLI = ["flowsim", "estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100", "--gpus", "1024", "--tp", "8",

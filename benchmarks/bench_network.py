@@ -17,10 +17,10 @@ import numpy as np
 
 from flowsim.config.cluster import ClusterConfig
 from flowsim.gpu_specs import GPUSpec
-from flowsim.maxmin import _solve_full, solve
-from flowsim.netsim import simulate
-from flowsim.routing import route
-from flowsim.topology import LinkKind, build_topology
+from flowsim.network.maxmin import _solve_full, solve
+from flowsim.network.netsim import simulate
+from flowsim.network.routing import route
+from flowsim.network.topology import LinkKind, build_topology
 from flowsim.units import GB, MB
 
 REPEATS = 5

@@ -13,7 +13,7 @@ import sys
 import time
 
 import flowsim
-from flowsim import step_flows
+from flowsim.step import flows as step_flows
 
 CASES = {
     "gpt3-175b, 1,024 H100, TP8 PP8 DP16": dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8,

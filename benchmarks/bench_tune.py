@@ -23,10 +23,10 @@ import tempfile
 import time
 
 import flowsim
-from flowsim.point import evaluate
-from flowsim.runner import run_configs
-from flowsim.space import LayoutSpace, enumerate_layouts
-from flowsim.store import ResultStore
+from flowsim.explore.point import evaluate
+from flowsim.explore.runner import run_configs
+from flowsim.explore.space import LayoutSpace, enumerate_layouts
+from flowsim.explore.store import ResultStore
 
 JOB = {"model": "gpt3-175b", "cluster": "dgx-h100", "gpus": 1024, "gbs": 1536, "seq": 2048}
 BUDGET_S = 60.0

@@ -7,7 +7,7 @@
 from flowsim._version import __version__
 from flowsim.config import SimConfig, build_config
 from flowsim.errors import ConfigError, FlowsimWarning
-from flowsim.result import Result
-from flowsim.simulate import simulate
+from flowsim.step.result import Result
+from flowsim.step.simulate import simulate
 
 __all__ = ["ConfigError", "FlowsimWarning", "Result", "SimConfig", "__version__", "build_config", "simulate"]

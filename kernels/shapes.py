@@ -24,7 +24,7 @@ Benchmark ops: ``gemm``; ``attention`` (timed forward, and forward + backward); 
 (rmsnorm, layernorm), ``activation`` (swiglu, gelu), ``elementwise`` (add) and ``all``.
 
 :func:`default_shapes` covers what flowsim prices: the GEMMs and attention calls of
-:func:`flowsim.workload.build_workload` for every model preset at TP 1, 2, 4 and 8 (micro-batch 1, sequence
+:func:`flowsim.model.workload.build_workload` for every model preset at TP 1, 2, 4 and 8 (micro-batch 1, sequence
 parallelism with TP > 1, no context parallelism, the preset's sequence length), the norms, residual adds and
 activations of those layers, plus two sweeps: attention over sequence length and head dim in the
 flash-attention benchmark convention (16k tokens, hidden 2048, as ``data/flash_attention.csv``), and every
@@ -109,7 +109,7 @@ def default_shapes(models=None, tp_sizes=TP_SIZES, dtype: str = "bf16") -> pd.Da
         Columns ``SHAPE_COLUMNS``, duplicates removed (the first origin is kept).
     """
     from flowsim.config import build_config, list_presets
-    from flowsim.workload import OpSet, build_workload
+    from flowsim.model.workload import OpSet, build_workload
 
     rows = []
     for model in (list_presets("models") if models is None else models):
@@ -151,7 +151,7 @@ def _workload_rows(compute: pd.DataFrame, tag: str) -> list:
 
 def _layer_memory_rows(cfg, tag: str) -> list:
     """Norm and residual add over the [tokens / tp (sequence parallel), hidden] activation, and the MLP
-    activation over [tokens, ffn / tp], of one layer of ``cfg`` (as :func:`flowsim.workload.build_layer`)."""
+    activation over [tokens, ffn / tp], of one layer of ``cfg`` (as :func:`flowsim.model.workload.build_layer`)."""
     m, t = cfg.model, cfg.training
     tokens = t.micro_batch_size * cfg.seq_length // t.cp
     tok_sp = tokens // t.tp if t.sequence_parallel else tokens

@@ -2,7 +2,7 @@
 
 A :class:`Plan` lists, for one collective on one communicator, every transfer NCCL's kernels make: source and
 destination rank, payload bytes, channel (ring/tree), step, the transfers it waits for (CSR) and a latency.
-:mod:`flowsim.collective_flows` maps ranks onto GPUs of a topology and runs the plan with the flow engine.
+:mod:`flowsim.network.collective_flows` maps ranks onto GPUs of a topology and runs the plan with the flow engine.
 Research notes ``shared/research/nccl-model.md`` sec. 1.5 (chunking) and 1.7 (structure).
 
 Rank placement (NCCL 2.30.7 ``src/graph/search.cc``, ``connect.cc``, ``trees.cc``): communicator ranks are

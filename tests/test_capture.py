@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flowsim.capture import GPTShape, capture, gpt_example, load, save  # noqa: E402
-from flowsim.captured import _slowed, _timeline, simulate_workload  # noqa: E402
+from flowsim.capture.program import _slowed, _timeline, simulate_workload  # noqa: E402
 from flowsim.errors import ConfigError, FlowsimWarning  # noqa: E402
-from flowsim.simulate import overlapped_s  # noqa: E402
+from flowsim.step.simulate import overlapped_s  # noqa: E402
 
 BLOCK = 1024 + 197376 + 65792 + 263168 + 262400
 assert BLOCK == 789760

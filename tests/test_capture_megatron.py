@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from flowsim.capture import capture_script, load, save  # noqa: E402
-from flowsim.captured import simulate_workload  # noqa: E402
+from flowsim.capture.program import simulate_workload  # noqa: E402
 
 RNG_WORKAROUND = """
     # the RNG tracker compares CPU RNG states by value (.item()), which fake tensors do not have

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from flowsim.capture import CapturedWorkload, Stage, capture, load  # noqa: E402
-from flowsim.captured import simulate_workload  # noqa: E402
+from flowsim.capture.program import simulate_workload  # noqa: E402
 from flowsim.cli import main  # noqa: E402
 from flowsim.errors import ConfigError  # noqa: E402
 

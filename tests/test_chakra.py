@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 import flowsim
-from flowsim.chakra import COLL_TYPE, COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, chakra_traces
+from flowsim.export.chakra import COLL_TYPE, COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, chakra_traces
 from flowsim.cli import main
 
 CFG = dict(model="llama3-8b", cluster="dgx-h100", gpus=16, tp=2, pp=2, gbs=32, sp=True)

@@ -1,4 +1,4 @@
-"""Collectives executed as flows (flowsim.collective_flows): closed forms, sharing, oversubscription, accuracy."""
+"""Collectives executed as flows (flowsim.network.collective_flows): closed forms, sharing, oversubscription, accuracy."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from flowsim.cli import main
-from flowsim.collective_flows import flow_comparison, run_collective, strided_groups
-from flowsim.comm_layout import group_layout
+from flowsim.network.collective_flows import flow_comparison, run_collective, strided_groups
+from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu

@@ -1,7 +1,7 @@
 """Cluster + rank group -> CommLayout: nodes, ranks per node, usable NICs."""
 import pytest
 
-from flowsim.comm_layout import closest_nics, group_layout
+from flowsim.network.comm_layout import closest_nics, group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
@@ -69,7 +69,7 @@ def test_bad_groups(args, message):
 
 
 def test_job_spreads_evenly_over_nvl72_racks():
-    from flowsim.comm_layout import job_domain_size
+    from flowsim.network.comm_layout import job_domain_size
     from flowsim.config import ClusterConfig
 
     rack = dict(gpu="gb200", gpus_per_node=4, nvlink_domain=72, nics_per_node=4)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 import flowsim
-from flowsim.collective_flows import run_concurrent
+from flowsim.network.collective_flows import run_concurrent
 from flowsim.config import ClusterConfig, build_config
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
-from flowsim.step_flows import layer_traffic, window_traffic
-from flowsim.workload import build_workload
+from flowsim.step.flows import layer_traffic, window_traffic
+from flowsim.model.workload import build_workload
 
 H100 = get_gpu("h100-sxm")
 S = 1e9  # bytes
@@ -122,7 +122,7 @@ def test_step_with_cross_kind_sharing_is_never_shorter(monkeypatch):
     # its bucket times, so the step can only lengthen; here it does, since the NICs are saturated.
     cfg = build_config(**MIXTRAL, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    simulate_module = importlib.import_module("flowsim.simulate")
+    simulate_module = importlib.import_module("flowsim.step.simulate")
     monkeypatch.setattr(simulate_module, "cross_kind_extra_s", lambda cfg, gpu, wl, tl, reduction, t0, t1:
                         (np.zeros(len(reduction)), 0.0))
     separate = flowsim.simulate(cfg)
@@ -154,7 +154,7 @@ def test_step_with_param_gather_sharing_is_never_shorter(monkeypatch):
     # exposed and the rest slows the forward by its SM share, so the step can only lengthen; here it does.
     cfg = build_config(**MIXTRAL, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    simulate_module = importlib.import_module("flowsim.simulate")
+    simulate_module = importlib.import_module("flowsim.step.simulate")
     reduction_only = simulate_module.cross_kind_extra_s
     monkeypatch.setattr(simulate_module, "cross_kind_extra_s", lambda cfg, gpu, wl, tl, parts, t0, t1: (
         _no_extra(cfg, gpu, wl, tl, parts) if parts[0][2] == "allgather"
@@ -171,7 +171,7 @@ def test_fsdp_step_with_layer_sharing_is_never_shorter(monkeypatch):
     # saturating the one NIC per node, it does.
     cfg = build_config(**MIXTRAL, zero_stage=3, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    simulate_module = importlib.import_module("flowsim.simulate")
+    simulate_module = importlib.import_module("flowsim.step.simulate")
     monkeypatch.setattr(simulate_module, "layer_cross_kind_extra_s", _no_extra)
     separate = flowsim.simulate(cfg)
     assert shared.step_time_s > separate.step_time_s
@@ -201,7 +201,7 @@ def test_context_parallel_transfers_slow_the_gradient_reduction(monkeypatch):
     cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=16, gpus_per_node=2, nics_per_node=1, cp=4,
                        seq=8192, gbs=4, distributed_optimizer=True, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    step_flows = importlib.import_module("flowsim.step_flows")
+    step_flows = importlib.import_module("flowsim.step.flows")
     monkeypatch.setattr(step_flows, "_cp_bytes", lambda wl: {})
     step_flows._together_s.cache_clear()
     alone = flowsim.simulate(cfg)

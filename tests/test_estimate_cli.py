@@ -82,7 +82,7 @@ def test_chrome_trace_is_valid_trace_event_format(runner, tmp_path):
 
 
 def test_chrome_trace_expands_the_layer_each_chunk_runs():
-    from flowsim.trace import chrome_trace
+    from flowsim.export.trace import chrome_trace
 
     # Qwen3-235B: every layer is MoE, so the first micro-batch's passes show expert GEMMs and the
     # all-to-alls; with selective recompute its backward starts with the re-run attention kernel
@@ -101,7 +101,7 @@ def test_chrome_trace_expands_the_layer_each_chunk_runs():
     dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=64, pp=4, ep=8, gbs=128, schedule="dualpipe"),
 ])
 def test_kernel_seconds_add_up_to_each_stage_compute(kw):
-    from flowsim.breakdown import compute_by_kind, kernel_seconds
+    from flowsim.export.breakdown import compute_by_kind, kernel_seconds
 
     r = flowsim.simulate(kw)
     for st in r.stages:

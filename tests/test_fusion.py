@@ -1,17 +1,17 @@
-"""Memory-bound kernel sets (flowsim.fusion): the eager table re-derived from PyTorch, and its use."""
+"""Memory-bound kernel sets (flowsim.model.fusion): the eager table re-derived from PyTorch, and its use."""
 import pytest
 
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.fusion import (DDP_ACCUMULATE_BYTES_PER_PARAM, DDP_SCALE_BYTES_PER_PARAM, FSDP_COPY_BYTES_PER_PARAM,
+from flowsim.model.fusion import (DDP_ACCUMULATE_BYTES_PER_PARAM, DDP_SCALE_BYTES_PER_PARAM, FSDP_COPY_BYTES_PER_PARAM,
                             eager_grad_bytes_per_param, traffic)
-from flowsim.workload import build_layer, build_head
+from flowsim.model.workload import build_layer, build_head
 
 T, H = 256, 512  # tokens and width of the recorded modules
 
 
 def _reference_modules():
-    """The eager reference implementations the table in flowsim.fusion names: (step, make, fn, elems)."""
+    """The eager reference implementations the table in flowsim.model.fusion names: (step, make, fn, elems)."""
     import torch
     import torch.nn.functional as F
     from torch import nn

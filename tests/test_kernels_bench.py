@@ -23,7 +23,7 @@ from flowsim.kernels.shapes import (
     parse_ops,
     validate_shapes,
 )
-from flowsim.workload import build_workload
+from flowsim.model.workload import build_workload
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="torch is not installed (extra: flowsim[bench])")

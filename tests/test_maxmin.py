@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flowsim.maxmin import MaxMinViolation, check_maxmin, resolve, solve
+from flowsim.network.maxmin import MaxMinViolation, check_maxmin, resolve, solve
 from flowsim.units import gbps_to_Bps
 from reference_maxmin import reference_maxmin
 
@@ -203,11 +203,11 @@ def test_bad_ptr_and_weights():
 
 
 def test_kernels_run_without_jit():
-    code = ("import numpy as np; from flowsim.maxmin import solve, resolve;"
+    code = ("import numpy as np; from flowsim.network.maxmin import solve, resolve;"
             "r = solve([4.0, 3.0, 1.0], [0, 1, 3, 5], [0, 0, 1, 1, 2]); assert r.tolist() == [2.0, 2.0, 1.0], r;"
             "r2 = resolve([4.0, 3.0, 1.0], [0, 1, 3, 5], [0, 0, 1, 1, 2], r, np.array([True, True, False]), [2]);"
             "assert np.allclose(r2, [2.0, 2.0, 0.0]), r2;"
-            "from flowsim.netsim import simulate;"
+            "from flowsim.network.netsim import simulate;"
             "s = simulate([10.0], [0, 1, 2], [0, 0], [10.0, 10.0], release_s=[0.0, 0.5]);"
             "assert np.allclose(s.finish_s, [1.5, 2.0]), s.finish_s")
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
@@ -218,7 +218,7 @@ def test_kernels_run_without_jit():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=40), st.data())
 def test_indexed_heap_pops_in_key_order(keys, data):
-    from flowsim.net_heap import _heap_pop, _heap_push, _heap_update
+    from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update
 
     n = len(keys)
     heap, hkey, pos = np.empty(n, dtype=np.int64), np.empty(n), np.full(n, -1, dtype=np.int64)

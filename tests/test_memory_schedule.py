@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from flowsim.config import build_config
-from flowsim.memory import in_flight_microbatches, layer_activation_bytes, stage_memory
-from flowsim.schedule import simulate_pipeline
-from flowsim.workload import build_workload
+from flowsim.model.device_memory import in_flight_microbatches, layer_activation_bytes, stage_memory
+from flowsim.step.schedule import simulate_pipeline
+from flowsim.model.workload import build_workload
 
 
 def test_activation_bytes_match_korthikanti_sp_formula():

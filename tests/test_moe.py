@@ -4,8 +4,8 @@ import pytest
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.moe import expert_tokens
-from flowsim.workload import build_workload
+from flowsim.model.moe import expert_tokens
+from flowsim.model.workload import build_workload
 
 # Mixtral 8x7B: 8 experts, top-2, h 4096, expert width 14336; 8 GPUs in EP 8, seq 4096, one sequence each
 MIX = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8, mbs=1)
@@ -84,7 +84,7 @@ def test_ep_overlap_pairs_each_forward_with_the_previous_backward():
     # all-to-all holds no SMs, then B_{m-1}
     import numpy as np
 
-    from flowsim.schedule import held_microbatches, simulate_pipeline
+    from flowsim.step.schedule import held_microbatches, simulate_pipeline
 
     f, b, cf, cb, m = 3.0, 5.0, 1.0, 2.0, 6
     one = (np.array([[f]]), np.array([[b]]))

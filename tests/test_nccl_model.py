@@ -229,8 +229,8 @@ def test_public_functions_document_every_parameter():
     import importlib
     import inspect
 
-    from flowsim import comm_layout
-    from flowsim.comm_layout import closest_nics, group_layout
+    from flowsim.network import comm_layout
+    from flowsim.network.comm_layout import closest_nics, group_layout
     from flowsim.nccl_models import execution, graph, p2p, tuning, versions
     from flowsim.validation import nccl_tests
     cli = importlib.import_module("flowsim.cli.collective")  # flowsim.cli.collective is also the command's name

@@ -7,10 +7,10 @@ from hypothesis import given, settings, strategies as st
 
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
-from flowsim.maxmin import check_maxmin, solve
-from flowsim.netsim import simulate, simulate_transfers
-from flowsim.routing import route
-from flowsim.topology import build_topology
+from flowsim.network.maxmin import check_maxmin, solve
+from flowsim.network.netsim import simulate, simulate_transfers
+from flowsim.network.routing import route
+from flowsim.network.topology import build_topology
 from flowsim.units import GB, MB, US, gbps_to_Bps
 from reference_maxmin import reference_simulate
 from test_topology import spec

@@ -1,10 +1,10 @@
-"""Compute slowed by communication that shares its SMs (flowsim.simulate.overlapped_s, overlap_comm_sms)."""
+"""Compute slowed by communication that shares its SMs (flowsim.step.simulate.overlapped_s, overlap_comm_sms)."""
 import pytest
 
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.simulate import overlapped_s
+from flowsim.step.simulate import overlapped_s
 
 
 def test_overlapped_s_closed_forms():
@@ -31,8 +31,8 @@ def test_overlap_comm_sms_sets_the_share():
 
 
 def test_gradient_buckets_follow_the_framework_defaults():
-    from flowsim.simulate import grad_bucket_bytes
-    from flowsim.workload import build_workload
+    from flowsim.step.simulate import grad_bucket_bytes
+    from flowsim.model.workload import build_workload
 
     def bucket(**kw):
         cfg = build_config(model="llama3-8b", cluster="dgx-h100", **kw)

@@ -6,9 +6,9 @@ from hypothesis import given, settings, strategies as st
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.memory import layer_activation_bytes
-from flowsim.recompute import op_sac_projections, recompute_layer_counts
-from flowsim.workload import build_workload
+from flowsim.model.device_memory import layer_activation_bytes
+from flowsim.model.recompute import op_sac_projections, recompute_layer_counts
+from flowsim.model.workload import build_workload
 
 LLAMA = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, dp=8, gbs=16, mbs=2)
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from flowsim.config.cluster import ClusterConfig
-from flowsim.routing import route
-from flowsim.topology import LinkKind as K, build_topology
+from flowsim.network.routing import route
+from flowsim.network.topology import LinkKind as K, build_topology
 from flowsim.units import GB
 from test_topology import spec
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 import flowsim
 from flowsim.cli import main
 from flowsim.errors import ConfigError
-from flowsim.memory import in_flight_microbatches
-from flowsim.schedule import BWD, FWD, WGRAD, held_microbatches, simulate_pipeline
-from flowsim.workload import build_workload, chunk_layer_counts
+from flowsim.model.device_memory import in_flight_microbatches
+from flowsim.step.schedule import BWD, FWD, WGRAD, held_microbatches, simulate_pipeline
+from flowsim.model.workload import build_workload, chunk_layer_counts
 
 
 def run(schedule, p, m, f, b, w, v=1, p2p=0.0):

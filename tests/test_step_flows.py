@@ -2,10 +2,10 @@
 import pytest
 
 import flowsim
-from flowsim.collective_flows import run_collective
+from flowsim.network.collective_flows import run_collective
 from flowsim.config import build_config
 from flowsim.gpu_specs import get_gpu
-from flowsim.step_flows import flow_time_s, stage_groups
+from flowsim.step.flows import flow_time_s, stage_groups
 
 LLAMA = dict(model="llama3-8b", cluster="dgx-h100", seq=4096)
 

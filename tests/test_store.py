@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 import flowsim
 from flowsim.cli import main
-from flowsim.point import PointResult, config_key, config_dict
-from flowsim.store import ResultStore, results_frame
-from flowsim.study import load_study
-from flowsim.sweep import run_study
+from flowsim.explore.point import PointResult, config_key, config_dict
+from flowsim.explore.store import ResultStore, results_frame
+from flowsim.explore.study import load_study
+from flowsim.explore.sweep import run_study
 
 JOB = {"model": "llama2-7b", "cluster": "dgx-h100", "gpus": 8, "gbs": 16, "tp": 2, "sp": True}
 

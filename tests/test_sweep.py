@@ -6,12 +6,12 @@ import yaml
 from click.testing import CliRunner
 
 import flowsim
-from flowsim import runner
+from flowsim.explore import runner
 from flowsim.cli import main
-from flowsim.cost import CostInputs, cluster_cost, training_cost
-from flowsim.store import ResultStore, results_frame
-from flowsim.study import parse_study
-from flowsim.sweep import run_study
+from flowsim.explore.pricing import CostInputs, cluster_cost, training_cost
+from flowsim.explore.store import ResultStore, results_frame
+from flowsim.explore.study import parse_study
+from flowsim.explore.sweep import run_study
 
 STUDY = {
     "name": "small",

@@ -7,7 +7,7 @@ import pytest
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
-from flowsim.topology import LinkKind, NodeKind, build_topology
+from flowsim.network.topology import LinkKind, NodeKind, build_topology
 from flowsim.units import GB, gbps_to_Bps
 
 NIC_BPS = gbps_to_Bps(400)  # 50 GB/s

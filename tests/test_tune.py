@@ -8,10 +8,10 @@ from click.testing import CliRunner
 
 import flowsim
 from flowsim.cli import main
-from flowsim.point import PointResult, peak_memory_bytes
-from flowsim.space import Layout, LayoutSpace, enumerate_layouts
-from flowsim.store import ResultStore
-from flowsim.tune import loss_reason, pareto_front, tune
+from flowsim.explore.point import PointResult, peak_memory_bytes
+from flowsim.explore.space import Layout, LayoutSpace, enumerate_layouts
+from flowsim.explore.store import ResultStore
+from flowsim.explore.tune import loss_reason, pareto_front, tune
 
 JOB = {"model": "llama2-7b", "cluster": "dgx-h100", "gpus": 8, "gbs": 16, "seq": 4096}
 SPACE = dict(tp=(1, 2, 8), pp=(1, 2), vpp=(1, 2), cp=(1, 2), mbs=(1, 3), recompute=("none", "full"),
@@ -90,7 +90,7 @@ def test_memory_pruned_configs_do_not_fit(tuned, space):
     assert res.pruned["memory"] > 0
     assert res.valid == len(enum.configs) == res.pruned["memory"] + len(res.ranked)
     ranked_keys = {p.key for p in res.ranked}
-    from flowsim.point import config_key
+    from flowsim.explore.point import config_key
     pruned = [c for c in enum.configs if config_key(c) not in ranked_keys]
     for cfg in pruned[:: max(1, len(pruned) // 5)]:
         r = flowsim.simulate(cfg)
@@ -108,8 +108,8 @@ def test_rerun_uses_the_store_and_ranks_the_same(tuned, space, monkeypatch):
     def fail(*_):
         raise AssertionError("a stored point was recomputed")
 
-    monkeypatch.setattr("flowsim.point.simulate", fail)
-    monkeypatch.setattr("flowsim.point.peak_memory_bytes", fail)  # memory-pruned configs are recorded too
+    monkeypatch.setattr("flowsim.explore.point.simulate", fail)
+    monkeypatch.setattr("flowsim.explore.point.peak_memory_bytes", fail)  # memory-pruned configs are recorded too
     with ResultStore(db) as store:
         third = tune(JOB, space, store=store, jobs=1)
     assert third.reused == len(res.ranked) and third.pruned == res.pruned
@@ -117,7 +117,7 @@ def test_rerun_uses_the_store_and_ranks_the_same(tuned, space, monkeypatch):
 
 def test_tpe_search_within_budget_agrees_with_exhaustive(tmp_path, tuned, space):
     pytest.importorskip("optuna")
-    from flowsim.search import tpe_search
+    from flowsim.explore.search import tpe_search
     _, exhaustive = tuned
     with ResultStore(tmp_path / "r.sqlite") as store:
         res = tpe_search(JOB, space, budget=25, store=store, seed=3)

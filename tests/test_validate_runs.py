@@ -283,7 +283,7 @@ def test_only_ids(tmp_path):
 
 @pytest.fixture
 def cli(monkeypatch):
-    """Invoke ``flowsim`` with the stand-in simulator as flowsim.simulate."""
+    """Invoke ``flowsim`` with the stand-in simulator as flowsim.step.simulate."""
     from flowsim.cli import main
 
     monkeypatch.setattr(flowsim, "simulate", FakeSimulate(), raising=False)

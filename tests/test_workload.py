@@ -2,7 +2,7 @@
 import pytest
 
 from flowsim.config import build_config
-from flowsim.workload import build_workload, model_flops_per_token, padded_vocab
+from flowsim.model.workload import build_workload, model_flops_per_token, padded_vocab
 
 GPT = dict(model="gpt3-175b", cluster="dgx-h100")
 
@@ -81,7 +81,7 @@ def test_unfused_attention_computes_the_full_square():
 
 
 def test_uneven_pipeline_splits():
-    from flowsim.workload import chunk_layer_counts
+    from flowsim.model.workload import chunk_layer_counts
     # Megatron-LM's Llama-3.1-405B recipe: 126 layers + embedding + loss = 128 = 8 stages x 8 chunks x 2
     cfg = build_config(model="llama3.1-405b", cluster="dgx-h100", gpus=64, tp=8, pp=8, vpp=8, gbs=64,
                        account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)

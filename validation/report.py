@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from flowsim.comm_layout import preset_layout
+from flowsim.network.comm_layout import preset_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.config.loader import load_preset
 from flowsim.units import US

@@ -484,7 +484,7 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
 
     * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
     * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
-    * Selective recompute outside Megatron-LM / NeMo is the source's own policy (:mod:`flowsim.recompute`):
+    * Selective recompute outside Megatron-LM / NeMo is the source's own policy (:mod:`flowsim.model.recompute`):
       notes that say every n-th block (or layer-level) is checkpointed give ``selective_ac_option: N``, with
       N = 2 (torchtitan's default option) when the notes do not give it; other torchtitan rows run its
       op-level policy (``op``, the llama3 8B recipe's setting).

@@ -5,11 +5,11 @@ What flowsim changes:
 
 * **Collectives** are priced by flowsim's NCCL model (:func:`flowsim.nccl_models.predict`, NCCL 2.30.7
   algorithm/protocol selection) on the communicator each group forms on the cluster
-  (:func:`flowsim.comm_layout.group_layout`). Rank order follows SimAI's groups (simai-notes section 5)
+  (:func:`flowsim.network.comm_layout.group_layout`). Rank order follows SimAI's groups (simai-notes section 5)
   with Megatron's TP-DP-PP nesting: TP ranks contiguous (stride 1), DP ranks strided by TP, EP = EP
   consecutive TP groups (stride TP), DP_EP = DP ranks strided by TP * EP, and the pipeline neighbours of a
   rank TP * DP apart.
-* **The pipeline** is a real schedule (:func:`flowsim.schedule.simulate_pipeline`, 1F1B by default) over
+* **The pipeline** is a real schedule (:func:`flowsim.step.schedule.simulate_pipeline`, 1F1B by default) over
   the GA micro-batches of the file, every stage running the file's stage, with the ``pp_comm`` activation
   sent between stages as a Send/Recv. ``interleaved`` splits each micro-batch into the header's ``vpp``
   model chunks, the interleaving SimAI's bubble formula assumes. A micro-batch is the block of lines from
@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flowsim.comm_layout import group_layout
+from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.nccl_models import predict
-from flowsim.schedule import simulate_pipeline
+from flowsim.step.schedule import simulate_pipeline
 from flowsim.units import US
 from flowsim.validation.simai_analytical import SimaiAnalyticalResult, group_sizes
 from flowsim.validation.simai_workload import SimaiComm, SimaiWorkload

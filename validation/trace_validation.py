@@ -2,7 +2,7 @@
 
 Each extracted op (:mod:`flowsim.validation.kineto`) is priced on the trace's GPU: GEMM, attention and
 memory rows by :func:`flowsim.kernels.op_times`, collectives by :func:`flowsim.nccl_models.predict` on the
-communicator the group forms on the cluster (:func:`flowsim.comm_layout.group_layout`, ranks contiguous).
+communicator the group forms on the cluster (:func:`flowsim.network.comm_layout.group_layout`, ranks contiguous).
 ``error = predicted / measured - 1``.
 
 **Waiting collectives.** A collective kernel's duration also counts the time it spins until the other ranks
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from flowsim.comm_layout import group_layout
+from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.config.loader import load_preset
 from flowsim.errors import ConfigError

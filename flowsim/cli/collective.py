@@ -7,8 +7,8 @@ import re
 import click
 
 from flowsim.cli.common import echo_json, format_table, user_errors
-from flowsim.comm_layout import group_layout, preset_cluster
-from flowsim.collective_flows import flow_comparison, run_collective
+from flowsim.network.comm_layout import group_layout, preset_cluster
+from flowsim.network.collective_flows import flow_comparison, run_collective
 from flowsim.config.cluster import CPUS
 from flowsim.config.loader import list_presets
 from flowsim.errors import ConfigError

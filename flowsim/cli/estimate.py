@@ -78,8 +78,8 @@ COMPONENTS = (("compute_s", "compute"), ("tp_comm_s", "TP communication"), ("cp_
 
 def _where(r, top: int = 12) -> dict:
     """``--breakdown``: the critical stage's seconds per step by component, its compute by kind and its
-    ``top`` kernels (:mod:`flowsim.breakdown`)."""
-    from flowsim.breakdown import compute_by_kind, kernel_seconds
+    ``top`` kernels (:mod:`flowsim.export.breakdown`)."""
+    from flowsim.export.breakdown import compute_by_kind, kernel_seconds
 
     b = r.breakdown()
     k = kernel_seconds(r, b["stage"]).head(top)
@@ -172,15 +172,15 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                                             "from the captured file)", ", ".join(extra) or "a config or trace option")
         _estimate_workload(workload_path, cluster, gpu, as_json)
         return
-    from flowsim.simulate import simulate
+    from flowsim.step.simulate import simulate
 
     result = simulate(config, **overrides)
     if trace_path:
-        from flowsim.trace import write_chrome_trace
+        from flowsim.export.trace import write_chrome_trace
 
         write_chrome_trace(result, trace_path)
     if chakra_dir:
-        from flowsim.chakra import write_chakra
+        from flowsim.export.chakra import write_chakra
 
         write_chakra(result, chakra_dir)
     where = _where(result) if show_breakdown else None
@@ -191,8 +191,8 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
 
 
 def _estimate_workload(path, cluster, gpu, as_json) -> None:
-    """``--workload``: price a captured workload (see :func:`flowsim.captured.simulate_workload`)."""
-    from flowsim.captured import simulate_workload
+    """``--workload``: price a captured workload (see :func:`flowsim.capture.program.simulate_workload`)."""
+    from flowsim.capture.program import simulate_workload
 
     if not cluster:
         raise ConfigError("--cluster", "is required with --workload", None)

@@ -25,7 +25,7 @@ _COLS = [("study", "study", ""), ("model", "model", ""), ("gpu", "gpu", ""), ("n
 def results(db, study, sort, limit, as_json, as_csv):
     """List stored design points (every point tune and sweep evaluated)."""
     from flowsim.errors import ConfigError
-    from flowsim.store import results_frame
+    from flowsim.explore.store import results_frame
 
     df = results_frame(db, study)
     if len(df):

@@ -8,8 +8,8 @@ from flowsim.cli.tune_cmd import execution_options
 
 
 def report(res) -> str:
-    """The text table of a :class:`flowsim.sweep.SweepResult`."""
-    from flowsim.cost import SECONDS_PER_DAY
+    """The text table of a :class:`flowsim.explore.sweep.SweepResult`."""
+    from flowsim.explore.pricing import SECONDS_PER_DAY
 
     st = res.study
     rows = []
@@ -31,7 +31,7 @@ def report(res) -> str:
             f"simulated {res.evaluated}, from the store {res.reused}, {res.elapsed_s:.1f} s")
     return head + "\n\n" + format_table(rows, cols) + \
         "\n\nexposed comm: TP/CP/EP/PP/DP communication not hidden by compute, share of the step (critical stage)." \
-        "\ncost: example prices unless the study's cost: section gives yours (see flowsim.cost)."
+        "\ncost: example prices unless the study's cost: section gives yours (see flowsim.explore.pricing)."
 
 
 @click.command()
@@ -47,15 +47,15 @@ def sweep(study_file, as_json, as_csv, plot, db, jobs, scheduler, no_progress):
 
         flowsim sweep examples/study_h100_nics.yaml --plot study.png
     """
-    from flowsim.store import ResultStore
-    from flowsim.study import load_study
-    from flowsim.sweep import run_study
+    from flowsim.explore.store import ResultStore
+    from flowsim.explore.study import load_study
+    from flowsim.explore.sweep import run_study
 
     study = load_study(study_file)
     with ResultStore(db) as store:
         res = run_study(study, store=store, jobs=jobs, scheduler=scheduler, progress=not no_progress)
     if plot:
-        from flowsim.plots import sweep_plot
+        from flowsim.explore.plots import sweep_plot
         sweep_plot(res, plot)
     if as_json:
         echo_json(res.to_dict())

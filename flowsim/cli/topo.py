@@ -10,7 +10,7 @@ from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.config.cluster import ECMP_MODES, NETWORKS, ClusterConfig
 from flowsim.config.loader import list_presets, load_preset
 from flowsim.gpu_specs import get_gpu
-from flowsim.topology import build_topology
+from flowsim.network.topology import build_topology
 
 POS_INT = click.IntRange(min=1)
 _FIELDS = {f.name for f in dataclasses.fields(ClusterConfig)}

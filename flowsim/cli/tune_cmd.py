@@ -53,7 +53,7 @@ def _rows(points: list) -> list:
 
 
 def report(res, top: int) -> str:
-    """The text report of a :class:`flowsim.tune.TuneResult`."""
+    """The text report of a :class:`flowsim.explore.tune.TuneResult`."""
     j = res.job
     rule = ", ".join(f"{k} {v}" for k, v in sorted(res.pruned.items(), key=lambda kv: -kv[1]) if k != "memory")
     lines = [
@@ -126,9 +126,9 @@ def tune(model, cluster, gpu, num_gpus, gbs, seq, precision, sets, tp, pp, cp, e
 
         flowsim tune --model gpt3-175b --cluster dgx-h100 --gpus 1024 --gbs 1536 --top 10
     """
-    from flowsim.space import LayoutSpace
-    from flowsim.store import ResultStore
-    from flowsim.tune import job_config, tune as run_tune
+    from flowsim.explore.space import LayoutSpace
+    from flowsim.explore.store import ResultStore
+    from flowsim.explore.tune import job_config, tune as run_tune
 
     job = {k: v for k, v in dict(model=model, cluster=cluster, gpu=gpu, gpus=num_gpus, gbs=gbs, seq=seq,
                                  precision=precision).items() if v is not None}
@@ -139,12 +139,12 @@ def tune(model, cluster, gpu, num_gpus, gbs, seq, precision, sets, tp, pp, cp, e
                                 max_ep=max_ep, max_mbs=max_mbs, **fixed)
     with ResultStore(db) as store:
         if search == "tpe":
-            from flowsim.search import tpe_search
+            from flowsim.explore.search import tpe_search
             res = tpe_search(job, space, budget=budget, store=store, seed=seed, progress=not no_progress)
         else:
             res = run_tune(job, space, store=store, jobs=jobs, scheduler=scheduler, progress=not no_progress)
     if plot:
-        from flowsim.plots import tune_plot
+        from flowsim.explore.plots import tune_plot
         tune_plot(res, plot)
     k = top or len(res.ranked)
     if as_json:

@@ -7,7 +7,7 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.config.model import ModelConfig
 from flowsim.config.training import TrainingConfig
 from flowsim.errors import ConfigError
-from flowsim.schedule import check_layout, chunks_per_stage
+from flowsim.step.schedule import check_layout, chunks_per_stage
 
 
 @dataclass(frozen=True)

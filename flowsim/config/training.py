@@ -36,7 +36,7 @@ class TrainingConfig:
     recompute_granularity : str
         ``none``, ``selective`` (parts of every layer recomputed: ``recompute_modules``, or torchtitan's
         ``selective_ac_option``) or ``full`` (whole layers recomputed; ``recompute_num_layers`` per stage
-        chunk, 0 = all). See :mod:`flowsim.recompute`.
+        chunk, 0 = all). See :mod:`flowsim.model.recompute`.
     recompute_modules : tuple[str, ...]
         Megatron-core submodules a ``selective`` layer recomputes (Megatron-LM ``--recompute-modules``;
         default ``core_attn``): any of ``core_attn``, ``layernorm``, ``mlp``, ``moe_act``, ``moe``,
@@ -61,7 +61,7 @@ class TrainingConfig:
         ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``
         (zero-bubble H1: weight gradients deferred into the cool-down bubble) or ``dualpipe`` (DeepSeek-V3's
         bidirectional schedule: even pp, vpp 1, each stage holds two model stages; see
-        :mod:`flowsim.schedule`).
+        :mod:`flowsim.step.schedule`).
     overlap_grad_reduce : bool
         Data-parallel gradient reduction overlaps the backward pass (bucketed).
     overlap_param_gather : bool
@@ -73,7 +73,7 @@ class TrainingConfig:
         Megatron-core DDP's ``max(40e6, 1e6 * dp * cp)`` parameters per bucket (``DistributedDataParallelConfig
         .bucket_size``) of 4-byte gradients, one layer with ZeRO-2 (FSDP reduces per wrapped block), or
         PyTorch DDP's 25 MiB (``bucket_cap_mb``) with eager kernels and no ZeRO
-        (:func:`flowsim.simulate.grad_bucket_bytes`).
+        (:func:`flowsim.step.simulate.grad_bucket_bytes`).
     account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split : bool
         Megatron-LM's uneven split: the embedding (loss) counts as one layer of the first (last) virtual
         pipeline stage, which then holds one transformer layer fewer.
@@ -84,7 +84,7 @@ class TrainingConfig:
     comm_engine : str
         ``analytic`` (NCCL's cost model per communicator) or ``flow`` (data-parallel, expert, context and
         pipeline collectives run as flows on the cluster topology with every group of the stage at once;
-        :mod:`flowsim.step_flows`). ``flow`` sees NIC, rail and spine contention and costs more time.
+        :mod:`flowsim.step.flows`). ``flow`` sees NIC, rail and spine contention and costs more time.
     cp_comm_type : str
         Context-parallel attention: ``p2p`` (ring attention, K/V chunks passed around the ring beside the
         attention kernels) or ``all_gather`` (K/V all-gathered before attention, their gradients
@@ -95,19 +95,19 @@ class TrainingConfig:
     overlap_moe_expert_parallel_comm : bool
         Hide the expert all-to-alls of one micro-batch behind the compute of another (Megatron-LM
         ``--overlap-moe-expert-parallel-comm``): without pipeline parallelism each forward after the first
-        runs in one call with the previous micro-batch's backward (:mod:`flowsim.schedule`); DualPipe always
+        runs in one call with the previous micro-batch's backward (:mod:`flowsim.step.schedule`); DualPipe always
         pairs its passes. Needs ``pp`` 1 or the ``dualpipe`` schedule, and ``alltoall`` dispatch.
     moe_token_dispatcher_type : str
         How routed tokens reach their experts (Megatron-LM ``--moe-token-dispatcher-type``): ``alltoall``
         (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
         tokens of its expert-tensor x expert-parallel group, runs its experts on those routed to them, and
-        reduce-scatters the outputs back). See :mod:`flowsim.moe`.
+        reduce-scatters the outputs back). See :mod:`flowsim.model.moe`.
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
     overlap_comm_sms : int
         SMs a collective holds while it runs beside compute, slowing that compute to ``1 - sms / SM count`` of
-        its speed (:func:`flowsim.simulate.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
+        its speed (:func:`flowsim.step.simulate.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
         that size (NCCL launches one CTA per channel). Set it where a framework caps communication SMs
         (e.g. DeepSeek-V3 dedicates 20 of 132 SMs to communication, arXiv 2412.19437 sec. 3.2.2).
     kernel_fusion : str
@@ -194,7 +194,7 @@ class TrainingConfig:
         return self.overlap_moe_expert_parallel_comm and self.schedule == "1f1b"
 
     def _validate_recompute(self) -> None:
-        from flowsim.recompute import MEGATRON_MODULES
+        from flowsim.model.recompute import MEGATRON_MODULES
 
         for name in self.recompute_modules:
             if name not in MEGATRON_MODULES:

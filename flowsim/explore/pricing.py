@@ -6,7 +6,7 @@ cluster; it is spread evenly over ``amortization_years``. Operating cost is elec
 ``cost_per_hour = capex / amortization hours + power * PUE * price``; time to train = token budget /
 tokens per second; cost per token = cost per hour / tokens per hour.
 
-Network counts come from the topology flowsim builds for the cluster (:mod:`flowsim.topology`): one link
+Network counts come from the topology flowsim builds for the cluster (:mod:`flowsim.network.topology`): one link
 per NIC to its leaf; each leaf has ``ceil(its NICs / oversubscription)`` up-links (the ports an
 oversubscribed leaf buys; none with a single leaf per plane); a three-tier fabric has as many spine-core
 links again (non-blocking core). Every link has a transceiver at each end and a switch port at each
@@ -31,7 +31,7 @@ import numpy as np
 from flowsim.config import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
-from flowsim.topology import build_topology
+from flowsim.network.topology import build_topology
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0

@@ -1,7 +1,7 @@
 """Auto-tuning: the fastest parallel layouts of one job that fit in memory, and why the others lose.
 
-:func:`tune` enumerates the layout space (:mod:`flowsim.space`), prunes it by the config rules and by
-memory, evaluates the rest with :func:`flowsim.simulate` (:mod:`flowsim.runner`: local processes or
+:func:`tune` enumerates the layout space (:mod:`flowsim.explore.space`), prunes it by the config rules and by
+memory, evaluates the rest with :func:`flowsim.simulate` (:mod:`flowsim.explore.runner`: local processes or
 Dask, results kept in the store) and ranks the configs that fit by step time.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pandas as pd
 
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.point import PointResult
-from flowsim.runner import run_configs
-from flowsim.space import MEMORY, LayoutSpace, enumerate_layouts
+from flowsim.explore.point import PointResult
+from flowsim.explore.runner import run_configs
+from flowsim.explore.space import MEMORY, LayoutSpace, enumerate_layouts
 
 _COMPONENT_NAMES = {"compute_s": "compute", "bubble_s": "pipeline bubble", "optimizer_s": "optimizer"}
 _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
@@ -86,7 +86,7 @@ class TuneResult:
     elapsed_s : float
         Wall time of the whole tuning run, seconds.
     search : str
-        ``exhaustive`` (:func:`tune`) or ``tpe`` (:func:`flowsim.search.tpe_search`: ``candidates`` then
+        ``exhaustive`` (:func:`tune`) or ``tpe`` (:func:`flowsim.explore.search.tpe_search`: ``candidates`` then
         counts the trials drawn and ``valid`` the distinct configs that passed the rules).
     """
 
@@ -163,7 +163,7 @@ def tune(job: Mapping, space: LayoutSpace | None = None, *, store=None, jobs: in
     store : ResultStore, optional
         Results store: configs already there are not simulated again; new results are added.
     jobs, scheduler, progress
-        Execution (see :func:`flowsim.runner.run_configs`).
+        Execution (see :func:`flowsim.explore.runner.run_configs`).
     study : str
         Label of the stored rows.
 

@@ -1,10 +1,10 @@
 """The public entry point: ``flowsim.simulate(config) -> Result``.
 
-One call builds the workload (:mod:`flowsim.workload`), prices every compute op with the kernel model
+One call builds the workload (:mod:`flowsim.model.workload`), prices every compute op with the kernel model
 (:mod:`flowsim.kernels`) and every collective with NCCL's model for where its ranks sit
-(:mod:`flowsim.nccl_models` via :mod:`flowsim.comm_layout`), runs the pipeline schedule
-(:mod:`flowsim.schedule`), overlaps the data-parallel traffic with the backward pass, adds the optimizer
-step, and accounts memory (:mod:`flowsim.memory`).
+(:mod:`flowsim.nccl_models` via :mod:`flowsim.network.comm_layout`), runs the pipeline schedule
+(:mod:`flowsim.step.schedule`), overlaps the data-parallel traffic with the backward pass, adds the optimizer
+step, and accounts memory (:mod:`flowsim.model.device_memory`).
 
 Ranks are numbered as Megatron-LM orders its groups (``tp`` fastest, then ``cp``, ``dp``, ``pp``), so a
 tensor-parallel group occupies consecutive GPUs, a data-parallel group strides by ``tp * cp`` and the
@@ -21,18 +21,18 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from flowsim.comm_layout import group_layout
+from flowsim.network.comm_layout import group_layout
 from flowsim.config import SimConfig, build_config
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import KERNEL_MIN_TIME_S, op_times
 from flowsim.kernels.memory import memory_reference, stream_efficiency
-from flowsim.memory import stage_memory
+from flowsim.model.device_memory import stage_memory
 from flowsim.nccl_models import predict
-from flowsim.result import CollectiveChoice, Result, StageBreakdown
-from flowsim.step_flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s, layer_cross_kind_extra_s
-from flowsim.schedule import PipelineTimeline, end_chunks, microbatches_per_chunk, shared_sm_time_s, simulate_pipeline
-from flowsim.fusion import eager_grad_bytes_per_param
-from flowsim.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
+from flowsim.step.result import CollectiveChoice, Result, StageBreakdown
+from flowsim.step.flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s, layer_cross_kind_extra_s
+from flowsim.step.schedule import PipelineTimeline, end_chunks, microbatches_per_chunk, shared_sm_time_s, simulate_pipeline
+from flowsim.model.fusion import eager_grad_bytes_per_param
+from flowsim.model.workload import ADAM_BYTES_PER_PARAM, OpSet, build_workload, \
     model_flops_per_token
 
 # Transformer Engine userbuffers (TP comm overlap) run their pipelined reduce-scatter kernels on 16 SMs
@@ -55,7 +55,7 @@ _predict = functools.lru_cache(maxsize=65536)(predict)
 
 @dataclasses.dataclass(frozen=True)
 class StepTimeline:
-    """What a trace needs (see :mod:`flowsim.trace`, :mod:`flowsim.chakra`): the pipeline schedule (seconds),
+    """What a trace needs (see :mod:`flowsim.export.trace`, :mod:`flowsim.export.chakra`): the pipeline schedule (seconds),
     the p2p time and bytes, the layers (and MoE layers) of each chunk and how many of each re-run their
     ``recompute`` ops, the op table with each op's seconds
     and the row span of each block, each layer block's collectives with their estimates, the group sizes,
@@ -193,7 +193,7 @@ def _block_times(opset: OpSet, t_ops: np.ndarray, comms: _Comms, cfg: SimConfig,
 
 
 def _paired_comm(wl, comms: _Comms, kinds) -> tuple:
-    """What DualPipe's F&B pairing can hide (see :func:`flowsim.schedule.simulate_pipeline`): the expert
+    """What DualPipe's F&B pairing can hide (see :func:`flowsim.step.schedule.simulate_pipeline`): the expert
     all-to-all seconds per micro-batch in each (stage, chunk)'s forward and backward, and the share of the
     SMs the all-to-all holds."""
     ep_f = sum(n_l * blk["ep_fwd"] for blk, n_l, _ in kinds)
@@ -250,7 +250,7 @@ def _fsdp_exposed(cfg, wl, comms, layer_fwd_s, layer_bwd_s):
     across the replicas on a stream of its own (FSDP2's ``all_reduce_stream``), so a layer's backward
     communication lasts the longer of the shard group's gather + reduce-scatter and the replicas'
     all-reduce. With ``comm_engine: flow`` these collectives run in one simulation with the stage's expert
-    all-to-alls and pipeline sends of the layer's window (:func:`flowsim.step_flows.layer_cross_kind_extra_s`):
+    all-to-alls and pipeline sends of the layer's window (:func:`flowsim.step.flows.layer_cross_kind_extra_s`):
     each takes longer by its extra, and so do the all-to-alls, which lengthen the layer. Returns the extra
     forward and backward seconds per layer and the first layer's gather, which nothing hides."""
     t = cfg.training
@@ -301,7 +301,7 @@ def _dp_exposed(cfg, wl, comms, timeline, stage) -> tuple[float, float, float]:
     runs past the end of the stage's last backward is exposed. The distributed optimizer's parameter
     all-gather overlaps the next step's forward (``overlap_param_gather``) except for its first bucket.
     With ``comm_engine: flow`` the reduction shares the network with the pipeline sends and expert
-    all-to-alls of its window (:func:`flowsim.step_flows.cross_kind_extra_s`): its buckets take longer, and
+    all-to-alls of its window (:func:`flowsim.step.flows.cross_kind_extra_s`): its buckets take longer, and
     so do the stage's own all-to-alls in the window, which lengthen its last backward passes (the third
     value, counted as exposed since the stage ends that much later). The overlapped gather likewise shares
     the network with those of the next step's first forward passes (its window starts with the stage's first
@@ -384,7 +384,7 @@ def _stream_end_s(bucket_s, ready) -> float:
 
 def _optimizer_s(cfg, wl, gpu) -> np.ndarray:
     """Adam step of one GPU of every stage (memory-bound over the local parameter shard), plus, with
-    eager kernels, PyTorch's per-parameter data-parallel gradient work (:mod:`flowsim.fusion`), seconds."""
+    eager kernels, PyTorch's per-parameter data-parallel gradient work (:mod:`flowsim.model.fusion`), seconds."""
     t = cfg.training
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
     edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from flowsim.net_heap import _heap_pop, _heap_push, _sift_down
+from flowsim.network.net_heap import _heap_pop, _heap_push, _sift_down
 
 __all__ = ["solve", "resolve", "check_maxmin", "MaxMinViolation"]
 
@@ -114,7 +114,7 @@ def _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, todo, n
         count. In: ``state[l, 0]`` of each touched link is its capacity minus the load of the flows not in
         ``todo``. Scratch afterwards.
     heap, hkey, pos : int64[n_links], float64[n_links], int64[n_links] (all -1 on entry and exit)
-        Scratch for the indexed heap of links keyed by fair share (see ``flowsim.net_heap``); keys are
+        Scratch for the indexed heap of links keyed by fair share (see ``flowsim.network.net_heap``); keys are
         refreshed lazily, when a link reaches the top.
     bott : int64[n_flows]
         Out: for each flow of ``todo`` with a non-empty path, the link that froze it (its bottleneck:

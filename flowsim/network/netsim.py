@@ -1,6 +1,6 @@
 """Flow-level event simulation of transfers sharing links at max-min fair rates.
 
-A transfer is ``size_bytes`` sent along a path of links (from :mod:`flowsim.routing`). It becomes *ready*
+A transfer is ``size_bytes`` sent along a path of links (from :mod:`flowsim.network.routing`). It becomes *ready*
 at ``max(release_s, finish of every transfer it depends on)``; from then on (``start_s``) its bytes drain at
 its max-min fair rate, which changes whenever a transfer starts or finishes draining; when the last byte
 has drained, the transfer *finishes* ``latency_s`` later (``finish_s``). The latency is a pure delay (the
@@ -12,7 +12,7 @@ Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A1
   drain end (a heap keyed by ``t_last + remaining / rate``, updated only for transfers whose rate changed);
 * every drain end and ready time within ``rtol`` (relative, of the current time) of the earliest is handled
   in the same batch, so the many equal transfers of a collective step cost one re-solve;
-* rates are re-solved incrementally (:func:`flowsim.maxmin.resolve`, local method with the level restart as
+* rates are re-solved incrementally (:func:`flowsim.network.maxmin.resolve`, local method with the level restart as
   fallback): rates below the smallest departing rate and below the arrivals' lower bound are kept, and only
   transfers connected to a change through links are revisited, so independent components (rails, groups)
   are not re-solved;
@@ -28,9 +28,9 @@ import numpy as np
 from numba import njit
 
 from flowsim.errors import ConfigError
-from flowsim.maxmin import (LOCAL_MAX_ROUNDS, _arrival_bound, _check_routes, _link_csr, _resolve,
+from flowsim.network.maxmin import (LOCAL_MAX_ROUNDS, _arrival_bound, _check_routes, _link_csr, _resolve,
                             _resolve_local)
-from flowsim.net_heap import _heap_pop, _heap_push, _heap_update
+from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update
 
 __all__ = ["NetSimResult", "simulate", "simulate_transfers"]
 
@@ -268,7 +268,7 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
         level *= 1.0 - rtol
         n_solves += 1
         # Local re-solve while the re-filled set stays below LOCAL_MAX_FRACTION of the draining transfers;
-        # else the level restart (both exact; see flowsim.maxmin).
+        # else the level restart (both exact; see flowsim.network.maxmin).
         n_todo = _resolve_local(capacity_Bps, route_ptr, route_links, link_ptr, link_flows, weights, rate, committed,
                                 bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo,
                                 saved_bott, touched, changed, state, l_heap, l_key, l_pos,
@@ -318,7 +318,7 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     capacity_Bps : float64[n_links]
         Link capacity, bytes/s, finite and > 0.
     route_ptr : int[n_transfers + 1]
-        CSR offsets of the paths (as :class:`flowsim.routing.Routes` ``ptr``).
+        CSR offsets of the paths (as :class:`flowsim.network.routing.Routes` ``ptr``).
     route_links : int[n_hops]
         Link ids, in [0, n_links).
     size_bytes : float64[n_transfers]
@@ -342,7 +342,7 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     ConfigError
         Bad transfer input (NaN bytes, negative times, dependency ids out of range or cyclic).
     ValueError
-        Bad link or path arrays (see :func:`flowsim.maxmin.solve`).
+        Bad link or path arrays (see :func:`flowsim.network.maxmin.solve`).
 
     Examples
     --------
@@ -387,7 +387,7 @@ def simulate_transfers(topo, src_gpu, dst_gpu, size_bytes, *, release_s=None, de
 
     Parameters
     ----------
-    topo : flowsim.topology.Topology
+    topo : flowsim.network.topology.Topology
         The cluster.
     src_gpu, dst_gpu : int[n_transfers]
         GPU ids.
@@ -396,13 +396,13 @@ def simulate_transfers(topo, src_gpu, dst_gpu, size_bytes, *, release_s=None, de
     latency_s : float64[n_transfers] or float, optional
         Software latency per transfer, seconds (NCCL step latency); the path's link latencies are added.
     flow_id, pxn
-        As in :func:`flowsim.routing.route`.
+        As in :func:`flowsim.network.routing.route`.
 
     Returns
     -------
     NetSimResult
     """
-    from flowsim.routing import route
+    from flowsim.network.routing import route
 
     routes = route(topo, src_gpu, dst_gpu, flow_id, pxn=pxn)
     latency = _floats("latency_s", latency_s, routes.n_flows, 0.0, 0.0) + routes.latency_s

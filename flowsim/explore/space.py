@@ -16,7 +16,7 @@ skeleton that breaks a rule breaks it for every micro-batch size, schedule, reco
 rules on those are monotone: ``gbs % (mbs * dp)`` fails for every multiple of a failing ``dp``), so its
 whole subtree is counted under that rule without building it; ``tests/test_tune.py`` checks the counts
 against building every candidate. Memory is checked later, per config, by
-:func:`flowsim.point.peak_memory_bytes`.
+:func:`flowsim.explore.point.peak_memory_bytes`.
 """
 from __future__ import annotations
 

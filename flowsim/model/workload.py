@@ -27,10 +27,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from flowsim import recompute
+from flowsim.model import recompute
 from flowsim.config import SimConfig
-from flowsim.fusion import ACT_BYTES, FP32_BYTES, activation_step, traffic
-from flowsim.schedule import end_chunks
+from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step, traffic
+from flowsim.step.schedule import end_chunks
 from flowsim.units import DTYPE_BYTES
 
 # Transformer Engine FP8 recipe (TE docs, "Using FP8 with Transformer Engine"): the input of every FP8
@@ -77,7 +77,7 @@ class Workload:
     chunk_layers : int64[p, v]
         Transformer layers of model chunk ``c`` on pipeline stage ``s`` (see :func:`chunk_layer_counts`).
     chunk_recompute_layers : int64[p, v]
-        Layers of each chunk that re-run their ``recompute`` rows in backward (:mod:`flowsim.recompute`).
+        Layers of each chunk that re-run their ``recompute`` rows in backward (:mod:`flowsim.model.recompute`).
     chunk_moe_layers, chunk_recompute_moe_layers : int64[p, v]
         How many of those are MoE layers.
     p2p_bytes : float
@@ -133,7 +133,7 @@ def _memory(name, nbytes, phase, count=1, flops=0.0):
 
 
 def _elementwise(rows, name, step, fusion, elems, recompute):
-    """Rows of a memory-bound layer step (see :mod:`flowsim.fusion`) over ``elems`` tensor elements:
+    """Rows of a memory-bound layer step (see :mod:`flowsim.model.fusion`) over ``elems`` tensor elements:
     forward, backward and, with ``recompute``, the forward again. Steps that move nothing add no row."""
     tr = traffic(step, fusion)
     for phase, per in (("fwd", tr.fwd), ("bwd", tr.bwd)) + ((("recompute", tr.fwd),) if recompute else ()):
@@ -230,9 +230,9 @@ def _tp_comms(comms, tp, sp, act_bytes, phase):
 def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     """One transformer layer, one micro-batch, one GPU (see module docstring).
 
-    ``moe`` replaces the dense MLP by routed experts (:func:`flowsim.moe.moe_mlp_ops`). The rows of phase
+    ``moe`` replaces the dense MLP by routed experts (:func:`flowsim.model.moe.moe_mlp_ops`). The rows of phase
     ``recompute`` are what a recomputed layer re-runs in backward under the training config's policy
-    (:mod:`flowsim.recompute`).
+    (:mod:`flowsim.model.recompute`).
     """
     m, t = cfg.model, cfg.training
     tp, cp, sp = t.tp, t.cp, t.sequence_parallel
@@ -301,7 +301,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     # MLP block
     norm("post_attn_norm")
     if moe:
-        from flowsim.moe import moe_mlp_ops
+        from flowsim.model.moe import moe_mlp_ops
 
         moe_mlp_ops(cfg, rows, comms, tokens, dt, rc)
         if m.moe_shared_expert_intermediate_size:
@@ -337,7 +337,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
 
 
 def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, act) -> None:
-    """Recompute rows of torchtitan's op-level policy (:mod:`flowsim.recompute`) for a dense layer: the
+    """Recompute rows of torchtitan's op-level policy (:mod:`flowsim.model.recompute`) for a dense layer: the
     recomputed projections as GEMMs of their own (their FP8 input casts too), every memory-bound forward op,
     and, with sequence-parallel tensor parallelism, the all-gathers of the layer's two inputs (torchtitan
     saves the outputs of reduce-scatters, not of all-gathers)."""
@@ -355,7 +355,7 @@ def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, ac
 
 def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused"):
     """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens, with their
-    forward again when ``rerun`` (``fusion``: the memory-bound kernel set, :mod:`flowsim.fusion`)."""
+    forward again when ``rerun`` (``fusion``: the memory-bound kernel set, :mod:`flowsim.model.fusion`)."""
     fc1_out = (2 if m.gated else 1) * width
     _linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, rerun)
     _elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, rerun)
@@ -433,7 +433,7 @@ def build_head(cfg: SimConfig) -> OpSet:
 
 def layer_params(cfg: SimConfig, moe: bool = False) -> float:
     """Parameters of one transformer layer held by one GPU, routed experts excluded (see
-    :func:`flowsim.moe.expert_params_per_gpu`): TP-sharded weights plus replicated norms and router."""
+    :func:`flowsim.model.moe.expert_params_per_gpu`): TP-sharded weights plus replicated norms and router."""
     m, tp = cfg.model, cfg.training.tp
     h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
     a, g = m.num_attention_heads, m.num_query_groups
@@ -511,7 +511,7 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
 
 def build_workload(cfg: SimConfig) -> Workload:
     """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig)."""
-    from flowsim.moe import expert_params_per_gpu
+    from flowsim.model.moe import expert_params_per_gpu
 
     t = cfg.training
     layers, moe = chunk_layer_counts(cfg, with_moe=True)

@@ -2,7 +2,7 @@
 
 :func:`run_configs` splits the configs into batches, skips those whose key the results store already
 holds (and, without re-checking, those it recorded as not fitting in memory), runs
-:func:`flowsim.point.evaluate` on the rest, and commits each finished batch to the store in one
+:func:`flowsim.explore.point.evaluate` on the rest, and commits each finished batch to the store in one
 transaction as it arrives, so an interrupted run loses at most the batches in flight.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from flowsim.errors import ConfigError
-from flowsim.point import Outcome, config_dict, evaluate
-from flowsim.simulate import simulate
-from flowsim.store import ResultStore
+from flowsim.explore.point import Outcome, config_dict, evaluate
+from flowsim.step.simulate import simulate
+from flowsim.explore.store import ResultStore
 
 MAX_BATCH = 64  # configs per task: ~0.6 s of work, so progress and resume stay fine-grained
 DASK_CONNECT_TIMEOUT_S = 10.0

@@ -3,8 +3,8 @@
 :func:`run_collective` picks the algorithm and protocol as NCCL does (:func:`flowsim.nccl_models.predict`,
 restricted to the algorithms that have a plan: all but CollNet), builds the rank-level plan
 (:func:`flowsim.nccl_models.plans.build_plan`), maps each group's ranks onto its GPUs, routes every transfer
-through :func:`flowsim.topology.build_topology`'s graph (:func:`flowsim.routing.route`) and runs the transfers of
-all groups in one flow simulation (:func:`flowsim.netsim.simulate`), so that groups sharing NICs, leaves or
+through :func:`flowsim.network.topology.build_topology`'s graph (:func:`flowsim.network.routing.route`) and runs the transfers of
+all groups in one flow simulation (:func:`flowsim.network.netsim.simulate`), so that groups sharing NICs, leaves or
 spines share their bandwidth max-min fairly.
 
 Two things are added to the topology's links, both from the analytic model's calibration:
@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from flowsim.comm_layout import group_layout, job_domain_size
+from flowsim.network.comm_layout import group_layout, job_domain_size
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
@@ -48,9 +48,9 @@ from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWIT
 from flowsim.nccl_models.tuning import cost_model
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
 from flowsim.nccl_models.estimate import COLL_OF_OP
-from flowsim.netsim import simulate
-from flowsim.routing import route
-from flowsim.topology import _TIER_NAMES, LinkKind, Topology, build_topology
+from flowsim.network.netsim import simulate
+from flowsim.network.routing import route
+from flowsim.network.topology import _TIER_NAMES, LinkKind, Topology, build_topology
 from flowsim.validation.nccl_tests import NcclComparison, summarize
 
 __all__ = ["FlowCollectiveResult", "run_collective", "run_concurrent", "strided_groups", "cached_topology",
@@ -108,7 +108,7 @@ class FlowCollectiveResult:
 
 @lru_cache(maxsize=16)
 def cached_topology(cluster: ClusterConfig, gpu: GPUSpec) -> Topology:
-    """:func:`flowsim.topology.build_topology`, cached per (cluster, GPU)."""
+    """:func:`flowsim.network.topology.build_topology`, cached per (cluster, GPU)."""
     return build_topology(cluster, gpu)
 
 

@@ -1,10 +1,10 @@
 """Budgeted layout search with optuna's TPE sampler, for spaces too large to enumerate.
 
-Each trial draws one value per :class:`~flowsim.space.LayoutSpace` dimension (the schedule only where
+Each trial draws one value per :class:`~flowsim.explore.space.LayoutSpace` dimension (the schedule only where
 there is a choice, sequence parallelism only with tp > 1), builds the config with
-:func:`flowsim.build_config` and evaluates it with :func:`flowsim.point.evaluate`, the same unit of work
+:func:`flowsim.build_config` and evaluates it with :func:`flowsim.explore.point.evaluate`, the same unit of work
 as exhaustive tuning. Trials that break a config rule, shard nothing with ZeRO, or do not fit in memory
-are pruned (counted per reason, as in :func:`flowsim.tune.tune`) and do not use the budget; a layout
+are pruned (counted per reason, as in :func:`flowsim.explore.tune.tune`) and do not use the budget; a layout
 drawn again is answered from what was already evaluated. The budget is the number of distinct configs
 evaluated (simulated now or found in the results store). Trials run one at a time in this process.
 
@@ -18,10 +18,10 @@ from typing import Mapping
 
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.point import config_dict, evaluate
-from flowsim.runner import Progress
-from flowsim.space import MEMORY, REDUNDANT, LayoutSpace, layout_overrides, schedules_for
-from flowsim.tune import TuneResult, check_job, job_config, rank_key
+from flowsim.explore.point import config_dict, evaluate
+from flowsim.explore.runner import Progress
+from flowsim.explore.space import MEMORY, REDUNDANT, LayoutSpace, layout_overrides, schedules_for
+from flowsim.explore.tune import TuneResult, check_job, job_config, rank_key
 
 MAX_TRIALS_PER_CONFIG = 50  # give up when this many trials per budgeted config found nothing new
 
@@ -53,7 +53,7 @@ def tpe_search(job: Mapping, space: LayoutSpace | None = None, *, budget: int, s
     Parameters
     ----------
     job : mapping
-        As for :func:`flowsim.tune.tune` (no layout keys).
+        As for :func:`flowsim.explore.tune.tune` (no layout keys).
     space : LayoutSpace, optional
         Dimensions to search; default :meth:`LayoutSpace.default` for the job.
     budget : int

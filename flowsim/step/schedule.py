@@ -44,7 +44,7 @@ DualPipe's while F = B (the input-gradient pass) and W <= B (checked over random
 
 DualPipe's pairing: in an F&B call the forward's and the backward's expert all-to-alls run beside the other
 pass's compute (DeepSeek-V3 sec. 3.2.1), so the call lasts ``overlapped_s(compute, all-to-all, SMs)``
-(:func:`flowsim.simulate.overlapped_s`: the longer of the two, compute slowed while NCCL holds its SMs)
+(:func:`flowsim.step.simulate.overlapped_s`: the longer of the two, compute slowed while NCCL holds its SMs)
 instead of their sum; the saving is taken off the B pass.
 
 1F1B with EP all-to-all overlap (``overlap_moe_expert_parallel_comm``, Megatron-LM
@@ -378,7 +378,7 @@ def _inputs(order, publish, up, down, m):
 @njit(cache=True)
 def shared_sm_time_s(compute_s, comm_s, share):
     """Wall time of compute and a communication kernel that start together on one GPU while the
-    communication holds ``share`` of the SMs, seconds (the rule of :func:`flowsim.simulate.overlapped_s`)."""
+    communication holds ``share`` of the SMs, seconds (the rule of :func:`flowsim.step.simulate.overlapped_s`)."""
     r = max(1.0 - share, 0.0)
     if r == 0.0:
         return compute_s + comm_s
@@ -393,7 +393,7 @@ def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
     call (same ``publish``) together last what the pairing leaves: the two passes' communication
     (``comm_f`` of the forward's chunk, ``comm_b`` of the backward's, seconds, included in ``fwd_s`` and
     ``bwd_s``) runs beside their compute, which it slows while it holds ``share`` of the SMs
-    (:func:`flowsim.simulate.overlapped_s`)."""
+    (:func:`flowsim.step.simulate.overlapped_s`)."""
     p, n, _ = order.shape
     dur = np.zeros((p, n))
     for s in range(p):

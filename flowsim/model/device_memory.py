@@ -5,7 +5,7 @@ Model states follow Megatron-LM's mixed-precision accounting (docs/source/api-gu
 fp32 master weight plus Adam moments per parameter (18 bytes); the distributed optimizer / ZeRO-1 shards
 the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP the
 weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1). The parameters are those of the stage's
-layers (:func:`flowsim.workload.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
+layers (:func:`flowsim.model.workload.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
 1F1B's parameters (DeepSeek-V3 report, arXiv 2412.19437, Table 2).
 
 Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4): per layer and micro-batch
@@ -13,16 +13,16 @@ Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4): per layer
 never stores the ``5*a*s^2*b`` score terms, so flowsim counts the stored tensors of each layer explicitly
 (the table below reproduces 34 s*b*h for GPT-3 shapes: 4h MLP, multi-head attention, dropout). A stage
 holds them for the micro-batches its pipeline schedule keeps in flight at its peak
-(:func:`flowsim.schedule.held_microbatches`).
+(:func:`flowsim.step.schedule.held_microbatches`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowsim import recompute
+from flowsim.model import recompute
 from flowsim.config import SimConfig
-from flowsim.schedule import chunks_per_stage, end_chunks, held_microbatches
-from flowsim.workload import ACT_BYTES, FP32_BYTES, Workload, padded_vocab
+from flowsim.step.schedule import chunks_per_stage, end_chunks, held_microbatches
+from flowsim.model.workload import ACT_BYTES, FP32_BYTES, Workload, padded_vocab
 
 WEIGHT_BYTES = 2       # 16-bit model weights
 GRAD_BYTES = 4         # fp32 gradient accumulation buffer (Megatron-LM main_grad)
@@ -63,7 +63,7 @@ def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str,
         (2 * drop * sbh / spf, ()),                           # two 1-byte dropout masks
     ]
     if moe:
-        from flowsim.moe import expert_tokens
+        from flowsim.model.moe import expert_tokens
 
         _, per_expert = expert_tokens(cfg, sb)
         routed = per_expert * m.num_moe_experts / t.ep  # tokens through this GPU's experts
@@ -92,7 +92,7 @@ def layer_activation_bytes(cfg: SimConfig, moe: bool = False, recomputed: bool =
 
     ``moe`` counts a routed-expert MLP instead of the dense one: the permuted tokens, the experts' inputs
     and intermediates for ``topk`` copies of each of the GPU's routed tokens, and the shared experts.
-    ``recomputed`` applies a selective recompute policy (:mod:`flowsim.recompute`): Megatron's
+    ``recomputed`` applies a selective recompute policy (:mod:`flowsim.model.recompute`): Megatron's
     ``recompute_modules`` drop the tensors their submodules rebuild; torchtitan's op policy keeps the layer
     input, the outputs of the projections it saves and the attention output. Full recompute is counted by
     :func:`stage_memory` (it keeps only the layer inputs).
@@ -113,7 +113,7 @@ def layer_activation_bytes(cfg: SimConfig, moe: bool = False, recomputed: bool =
 
 def _op_sac_bytes(cfg: SimConfig) -> float:
     """Bytes a dense layer keeps under torchtitan's op policy: its input, the outputs of the projections
-    the policy saves (:func:`flowsim.recompute.op_sac_projections`) and the attention output."""
+    the policy saves (:func:`flowsim.model.recompute.op_sac_projections`) and the attention output."""
     m, t = cfg.model, cfg.training
     tp = t.tp
     sb = cfg.seq_length // t.cp * t.micro_batch_size
@@ -128,7 +128,7 @@ def _op_sac_bytes(cfg: SimConfig) -> float:
 
 def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
     """Micro-batches (through all of the stage's chunks) whose activations one GPU of ``stage`` holds at
-    the peak, counted along its schedule's execution order (:func:`flowsim.schedule.held_microbatches`).
+    the peak, counted along its schedule's execution order (:func:`flowsim.step.schedule.held_microbatches`).
 
     GPipe holds all m; 1F1B ``min(p - stage, m)``; interleaved 1F1B ``p + (p - 1) / v`` on the first stage
     (Korthikanti et al. 2022 sec. 4.2.3); ZB-H1 up to ``p`` on every stage; DualPipe ``p + 1`` chunks, i.e.

@@ -1,4 +1,4 @@
-"""Paths of GPU-to-GPU flows through a :class:`~flowsim.topology.Topology`, as CSR arrays (flow -> links).
+"""Paths of GPU-to-GPU flows through a :class:`~flowsim.network.topology.Topology`, as CSR arrays (flow -> links).
 
 Rules, vectorised over all flows at once (numpy, no per-flow Python):
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsim.topology import Topology
+from flowsim.network.topology import Topology
 
 __all__ = ["Routes", "route"]
 

@@ -1,6 +1,6 @@
 """Activation recompute: which forward ops a transformer layer re-runs in its backward pass, and on which layers.
 
-A layer's op table (:mod:`flowsim.workload`) holds the ops it re-runs as rows of phase ``recompute``; the
+A layer's op table (:mod:`flowsim.model.workload`) holds the ops it re-runs as rows of phase ``recompute``; the
 workload's ``chunk_recompute_layers`` says how many layers of each pipeline chunk run them. Four policies,
 each as the framework that names it implements it:
 
@@ -77,7 +77,7 @@ def op_sac_projections(gated: bool, bias: bool) -> tuple[str, ...]:
 def recompute_layer_counts(t, layers: np.ndarray) -> np.ndarray:
     """Layers of each (pipeline stage, model chunk) that run their ``recompute`` rows, int64[p, v].
 
-    ``layers`` is :func:`flowsim.workload.chunk_layer_counts`. ``modules`` and ``op`` recompute part of every
+    ``layers`` is :func:`flowsim.model.workload.chunk_layer_counts`. ``modules`` and ``op`` recompute part of every
     layer; ``full`` the first ``recompute_num_layers`` of each chunk (all when 0); ``every_n`` the blocks
     numbered N, 2N, ... along each rank's chunks in order.
     """

@@ -1,6 +1,6 @@
-"""Run a study (:mod:`flowsim.study`): every point simulated or auto-tuned, then costed.
+"""Run a study (:mod:`flowsim.explore.study`): every point simulated or auto-tuned, then costed.
 
-All configs of all points go to one :func:`flowsim.runner.run_configs` call, so the local pool or the
+All configs of all points go to one :func:`flowsim.explore.runner.run_configs` call, so the local pool or the
 Dask cluster stays busy across points and every result lands in the results store; a tuned point
 takes its fastest layout that fits in memory.
 """
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from flowsim.config import build_config
-from flowsim.cost import ClusterCost, TrainingCost, cluster_cost, training_cost
+from flowsim.explore.pricing import ClusterCost, TrainingCost, cluster_cost, training_cost
 from flowsim.errors import ConfigError
-from flowsim.point import PointResult
-from flowsim.runner import run_configs
-from flowsim.space import enumerate_layouts
-from flowsim.study import Study, StudyPoint
-from flowsim.tune import job_config, rank_key
+from flowsim.explore.point import PointResult
+from flowsim.explore.runner import run_configs
+from flowsim.explore.space import enumerate_layouts
+from flowsim.explore.study import Study, StudyPoint
+from flowsim.explore.tune import job_config, rank_key
 
 @dataclass(frozen=True)
 class SweepRow:
@@ -129,14 +129,14 @@ def run_study(study: Study, *, store=None, jobs: int = 0, scheduler: str | None 
               progress: bool = False) -> SweepResult:
     """Simulate (or tune) every point of ``study``, then cost it.
 
-    ``store`` (a :class:`flowsim.store.ResultStore`, optional) is read and filled; ``jobs``, ``scheduler``
-    and ``progress`` choose the execution (see :func:`flowsim.runner.run_configs`).
+    ``store`` (a :class:`flowsim.explore.store.ResultStore`, optional) is read and filled; ``jobs``, ``scheduler``
+    and ``progress`` choose the execution (see :func:`flowsim.explore.runner.run_configs`).
 
     Raises
     ------
     ConfigError
         A point whose job is invalid (the message names the point), or execution errors
-        (see :func:`flowsim.runner.run_configs`).
+        (see :func:`flowsim.explore.runner.run_configs`).
     """
     per_point = [_point_configs(study, p) for p in study.points]
     flat = [c for _, cfgs in per_point for c in cfgs]

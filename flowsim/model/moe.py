@@ -61,13 +61,13 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     cfg : SimConfig
         The job (model MoE fields, ``ep``, ``expert_tensor_parallel_size``, the token dispatcher).
     rows, comms : list
-        Op rows and :class:`flowsim.workload.CommOp` tuples to extend.
+        Op rows and :class:`flowsim.model.workload.CommOp` tuples to extend.
     tokens : int
         Tokens entering the layer on this GPU (micro-batch x sequence / cp).
     dt : str
         GEMM dtype.
     recomputes : callable
-        ``recomputes(module) -> bool`` for Megatron-core submodule names (:func:`flowsim.recompute.recomputes`
+        ``recomputes(module) -> bool`` for Megatron-core submodule names (:func:`flowsim.model.recompute.recomputes`
         bound to the config): ``moe`` re-runs the whole block in backward, ``moe_act`` the expert activation.
 
     Notes
@@ -79,8 +79,8 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     gathered tokens routed to its own experts. The routing map and probabilities gathered beside the hidden
     states (``tokens x E`` entries) are left out.
     """
-    from flowsim.fusion import activation_step
-    from flowsim.workload import ACT_BYTES, _comm, _elementwise, _gemm, _linear, _memory
+    from flowsim.model.fusion import activation_step
+    from flowsim.model.workload import ACT_BYTES, _comm, _elementwise, _gemm, _linear, _memory
 
     m, t = cfg.model, cfg.training
     h, e = m.hidden_size, m.num_moe_experts

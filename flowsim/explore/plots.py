@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from flowsim.cost import SECONDS_PER_DAY
+from flowsim.explore.pricing import SECONDS_PER_DAY
 from flowsim.errors import ConfigError
 
 
@@ -33,7 +33,7 @@ def _save(fig, path) -> None:
 
 def tune_plot(res, path) -> None:
     """Write to ``path`` (PNG) the step time (log scale) vs memory per GPU of every config of ``res`` (a
-    :class:`flowsim.tune.TuneResult`) that fits, coloured by pipeline size, with the Pareto front."""
+    :class:`flowsim.explore.tune.TuneResult`) that fits, coloured by pipeline size, with the Pareto front."""
     plt = _pyplot()
     df = res.to_frame()
     fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
@@ -85,7 +85,7 @@ def _heat_axes(res) -> tuple:
 
 def sweep_plot(res, path) -> None:
     """Write to ``path`` (PNG) the cost to train vs time to train of each point of ``res`` (a
-    :class:`flowsim.sweep.SweepResult`), and a throughput heatmap over two parameters (the grid keys, else
+    :class:`flowsim.explore.sweep.SweepResult`), and a throughput heatmap over two parameters (the grid keys, else
     hardware and the grid key or workload) when the study has two."""
     plt = _pyplot()
     df = res.to_frame()

@@ -12,7 +12,7 @@ A study (YAML or JSON) has these top-level keys::
     grid: {oversubscription: [1, 2]}                # optional: Cartesian product over these keys
     tune: {tp: [4, 8], recompute: [selective]}      # true, or the layout dimensions to search
     layout: {tp: 8, pp: 8, sp: true}                # instead of tune: one fixed layout for every point
-    cost: {electricity_usd_per_kwh: 0.12}           # overrides of flowsim.cost.CostInputs
+    cost: {electricity_usd_per_kwh: 0.12}           # overrides of flowsim.explore.pricing.CostInputs
 
 ``tune: true`` searches the whole default space of each point (GPT-3 175B on 1,024 GPUs: ~24,000
 simulations, about 4 minutes per point on 2 cores; see docs/PERFORMANCE.md); list the dimensions to
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Mapping
 
 from flowsim.config import read_config_file
-from flowsim.cost import CostInputs
+from flowsim.explore.pricing import CostInputs
 from flowsim.errors import ConfigError
-from flowsim.space import LayoutSpace
+from flowsim.explore.space import LayoutSpace
 
 _TOP_KEYS = ("name", "token_budget", "job", "hardware", "workloads", "grid", "tune", "layout", "cost")
 _TUNE_LIMITS = ("max_tp", "max_pp", "max_vpp", "max_cp", "max_ep", "max_mbs")

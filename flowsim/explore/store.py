@@ -1,6 +1,6 @@
 """The results store: every evaluated design point in an embedded SQLite database.
 
-One row per point, keyed by :func:`flowsim.point.config_key` (SHA-256 of the full normalised config and
+One row per point, keyed by :func:`flowsim.explore.point.config_key` (SHA-256 of the full normalised config and
 the flowsim version), so a rerun or a resumed, interrupted sweep finds what was already computed.
 Rows are written inside transactions (a row is either wholly there or not at all) in WAL mode, so a
 process killed mid-sweep leaves every committed row intact and readable.
@@ -28,7 +28,7 @@ import pandas as pd
 
 from flowsim._version import __version__
 from flowsim.errors import ConfigError
-from flowsim.point import PointResult
+from flowsim.explore.point import PointResult
 
 SCHEMA = "flowsim-results"
 SCHEMA_VERSION = "1"

@@ -2,7 +2,7 @@
 
 Compute rows are priced by the kernel model for the target GPU (:func:`flowsim.kernels.op_times`), never
 by the CPU the step was captured on. Collectives are priced by NCCL's model
-(:func:`flowsim.nccl_models.predict`) on the layout of their group (:func:`flowsim.comm_layout.group_layout`);
+(:func:`flowsim.nccl_models.predict`) on the layout of their group (:func:`flowsim.network.comm_layout.group_layout`);
 a group must be an arithmetic progression of global ranks (what DeviceMesh and DDP build), else the
 layout is not defined and a ConfigError explains it. A point-to-point row (``peer`` set) is priced on the
 two-rank layout of its rank and its peer.
@@ -13,7 +13,7 @@ starts when the communication stream is free and the compute stream reaches it, 
 waits for it only at its ``wait`` op (or the end of the step). A prefetched collective (``issue`` set) may
 start from the compute clock at its ``issue`` op. While a collective runs it holds ``n_ctas`` SMs and slows
 the compute beside it to ``1 - n_ctas / sm_count`` of its speed: the rule of
-:func:`flowsim.simulate.overlapped_s`, applied kernel by kernel (compute already timed before a
+:func:`flowsim.step.simulate.overlapped_s`, applied kernel by kernel (compute already timed before a
 prefetched collective is reached in capture order is not slowed: an approximation).
 
 Pipeline (several stages, one captured rank each, in stage order): each stage's ops split into its forward
@@ -24,7 +24,7 @@ become the schedule's transfers. The number of micro-batches ``m`` is the number
 exchanges with a neighbour (half its point-to-point rows with it: one activation and one gradient each).
 One micro-batch's forward and backward times are the two-stream timelines of the regions divided by
 ``m`` (a collective waited outside its region is waited at the region's end); they run under
-:func:`flowsim.schedule.simulate_pipeline` (1F1B by default, whatever order the script ran) with the
+:func:`flowsim.step.schedule.simulate_pipeline` (1F1B by default, whatever order the script ran) with the
 slowest point-to-point row as the transfer time, and each stage's tail follows its last backward.
 """
 from __future__ import annotations
@@ -35,12 +35,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from flowsim.comm_layout import group_layout
+from flowsim.network.comm_layout import group_layout
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import OP_COLUMNS, op_times
 from flowsim.nccl_models import predict
-from flowsim.schedule import simulate_pipeline
+from flowsim.step.schedule import simulate_pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,7 @@ class PipelineResult:
     Attributes
     ----------
     schedule : str
-        The schedule simulated (:data:`flowsim.schedule.SCHEDULE_IDS`).
+        The schedule simulated (:data:`flowsim.step.schedule.SCHEDULE_IDS`).
     microbatches : int
         Micro-batches per step, from the point-to-point rows.
     fwd_s, bwd_s : numpy.ndarray
@@ -127,7 +127,7 @@ def _stride(ranks: list, name: str) -> tuple[int, int]:
 
 def _cluster(cluster, num_gpus: int, gpu):
     """The cluster to run ``num_gpus`` ranks on: a ClusterConfig as given, or a preset with enough hosts."""
-    from flowsim.comm_layout import preset_cluster
+    from flowsim.network.comm_layout import preset_cluster
     from flowsim.config.cluster import ClusterConfig
     from flowsim.config.loader import load_preset
 
@@ -344,7 +344,7 @@ def _timeline(ops, times, ests, sm_count: int) -> float:
 
 def _slowed(t: float, work_s: float, comm_end: float, share: float) -> float:
     """End of a kernel of ``work_s`` full-speed seconds started at ``t`` while communication holding
-    ``share`` of the SMs runs until ``comm_end`` (:func:`flowsim.simulate.overlapped_s`'s rule)."""
+    ``share`` of the SMs runs until ``comm_end`` (:func:`flowsim.step.simulate.overlapped_s`'s rule)."""
     r = max(1.0 - share, 0.0)
     if comm_end <= t or share == 0.0:
         return t + work_s

@@ -2,15 +2,15 @@
 
 :meth:`flowsim.Result.breakdown` gives the critical stage's seconds by component (compute, TP/CP/EP/PP/DP
 communication, bubble, optimizer). This module opens up its ``compute_s``: every kernel of the op tables
-(:mod:`flowsim.workload`) times how often one GPU of the stage runs it per step, so that the rows add up to
+(:mod:`flowsim.model.workload`) times how often one GPU of the stage runs it per step, so that the rows add up to
 the stage's compute seconds.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from flowsim.result import Result
-from flowsim.trace import timeline_of
+from flowsim.step.result import Result
+from flowsim.export.trace import timeline_of
 
 PHASES = ("fwd", "bwd", "recompute")
 KIND_NAMES = {"gemm": "GEMM", "attn_fwd": "attention", "attn_bwd": "attention", "memory": "memory-bound"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from flowsim.result import Result
-from flowsim.schedule import BWD, FWD, WGRAD
+from flowsim.step.result import Result
+from flowsim.step.schedule import BWD, FWD, WGRAD
 
 PASS_NAMES = {FWD: "fwd", BWD: "bwd", WGRAD: "wgrad"}
 COMPUTE_TID, DP_TID, PP_TID = 1, 2, 3
@@ -49,7 +49,7 @@ def layer_ops(tl, block: str, phase: str) -> list[tuple[str, float, dict]]:
 
 
 def timeline_of(result: Result):
-    """The result's :class:`flowsim.simulate.StepTimeline`; ValueError when it has none."""
+    """The result's :class:`flowsim.step.simulate.StepTimeline`; ValueError when it has none."""
     if result.timeline is None:
         raise ValueError("result has no timeline; produce it with flowsim.simulate")
     return result.timeline

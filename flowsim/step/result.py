@@ -124,7 +124,7 @@ class Result:
     memory_detail : dict
         Bytes of weights, gradients, optimizer states and activations on the most loaded GPU.
     timeline : StepTimeline or None
-        The per-stage schedule and per-pass op sequence, for trace export (:mod:`flowsim.trace`).
+        The per-stage schedule and per-pass op sequence, for trace export (:mod:`flowsim.export.trace`).
     """
 
     step_time_s: float

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flowsim.result import Result
+from flowsim.step.result import Result
 from flowsim.config.training import TrainingConfig
-from flowsim.schedule import FWD, SCHEDULE_IDS, path_links
-from flowsim.trace import layer_ops, timeline_of
+from flowsim.step.schedule import FWD, SCHEDULE_IDS, path_links
+from flowsim.export.trace import layer_ops, timeline_of
 
 COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
 COLL_TYPE = {"allreduce": 0, "allgather": 2, "alltoall": 6, "reducescatter": 7}

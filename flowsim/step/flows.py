@@ -1,7 +1,7 @@
 """Flow-level pricing of a step's collectives: every group that communicates at once shares the fabric.
 
 With ``comm_engine: flow`` the data-parallel, expert, context-parallel and pipeline collectives of a step are
-run as NCCL plans on the cluster topology (:func:`flowsim.collective_flows.run_collective`), with all the
+run as NCCL plans on the cluster topology (:func:`flowsim.network.collective_flows.run_collective`), with all the
 groups of that kind in one pipeline stage in one simulation, as rank symmetry prescribes (DESIGN.md): the
 DP groups of every TP/CP rank reduce together, the EP groups of a stage exchange tokens together, every
 GPU of a stage sends to the next stage together. So several groups behind one NIC, a rail shared by
@@ -12,7 +12,7 @@ Different kinds that overlap in time share the network too (:func:`cross_kind_ex
 gradient reduction, and the distributed optimizer's parameter all-gather beside the next step's first
 forward passes, each run in one simulation with the pipeline sends, expert all-to-alls and context-parallel
 transfers that the schedule puts in the same window, anywhere in the pipeline (:func:`window_traffic`), and
-each reports its own, longer time (:func:`flowsim.collective_flows.run_concurrent`). ZeRO-3/FSDP's
+each reports its own, longer time (:func:`flowsim.network.collective_flows.run_concurrent`). ZeRO-3/FSDP's
 per-layer gathers and reduce-scatters run beside the all-to-alls, context-parallel transfers and pipeline
 sends of one layer's window (:func:`layer_cross_kind_extra_s`). The all-to-alls' own slow-down lengthens
 the stage's passes; that of the context-parallel transfers, which run beside the attention kernels, and of
@@ -24,9 +24,9 @@ import functools
 
 import numpy as np
 
-from flowsim.collective_flows import run_collective, run_concurrent
+from flowsim.network.collective_flows import run_collective, run_concurrent
 from flowsim.config import SimConfig
-from flowsim.schedule import BWD, FWD, microbatches_per_chunk
+from flowsim.step.schedule import BWD, FWD, microbatches_per_chunk
 
 FLOW_GROUPS = ("dp", "dps", "dpr", "edp", "ep", "cp", "pp")
 """Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain)."""
@@ -134,9 +134,9 @@ def window_traffic(cfg: SimConfig, gpu, wl, timeline, t0_s: float, t1_s: float) 
         The job.
     gpu : GPUSpec
         Its GPU.
-    wl : flowsim.workload.Workload
+    wl : flowsim.model.workload.Workload
         Its workload (MoE layer comms, layers per chunk, ``p2p_bytes``).
-    timeline : flowsim.schedule.PipelineTimeline
+    timeline : flowsim.step.schedule.PipelineTimeline
         The pipeline schedule, seconds.
     t0_s, t1_s : float
         The window, seconds from the step start.
