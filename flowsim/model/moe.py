@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 
 from flowsim.config import SimConfig
+from flowsim.model.fusion import ACT_BYTES, activation_step
+from flowsim.model.ops import comm, elementwise, gemm, linear, memory
 
 ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
 
@@ -61,7 +63,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     cfg : SimConfig
         The job (model MoE fields, ``ep``, ``expert_tensor_parallel_size``, the token dispatcher).
     rows, comms : list
-        Op rows and :class:`flowsim.model.workload.CommOp` tuples to extend.
+        Op rows and :class:`flowsim.model.ops.CommOp` tuples to extend.
     tokens : int
         Tokens entering the layer on this GPU (micro-batch x sequence / cp).
     dt : str
@@ -79,9 +81,6 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     gathered tokens routed to its own experts. The routing map and probabilities gathered beside the hidden
     states (``tokens x E`` entries) are left out.
     """
-    from flowsim.model.fusion import activation_step
-    from flowsim.model.workload import ACT_BYTES, _comm, _elementwise, _gemm, _linear, _memory
-
     m, t = cfg.model, cfg.training
     h, e = m.hidden_size, m.num_moe_experts
     ep, etp = t.ep, t.expert_tensor_parallel_size
@@ -96,23 +95,23 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     group = dispatch_group_size(cfg)
     moved = local * per_expert if gather else routed  # hidden vectors this GPU permutes and unpermutes
 
-    _linear(rows, "router", tok, e, h, "bf16", full)
+    linear(rows, "router", tok, e, h, "bf16", full)
     for ph in phases:
-        rows.append(_memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))
+        rows.append(memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))
         # permute before dispatch and unpermute after combine: read and write every routed hidden vector
-        rows.append(_memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
-        rows.append(_memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
+        rows.append(memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
+        rows.append(memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
         if gather and group > 1:
             size = group * tok * h * ACT_BYTES  # the gathered [tokens of the group, h] tensor
-            comms.append(_comm("tpep", "allgather", size, ph))      # dispatch (forward) / combine gradient
-            comms.append(_comm("tpep", "reducescatter", size, ph))  # combine (forward) / dispatch gradient
+            comms.append(comm("tpep", "allgather", size, ph))      # dispatch (forward) / combine gradient
+            comms.append(comm("tpep", "reducescatter", size, ph))  # combine (forward) / dispatch gradient
         elif not gather and ep > 1:
             a2a = routed * h * ACT_BYTES  # nccl-tests size: all bytes one rank sends (itself included)
-            comms.append(_comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
-            comms.append(_comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
+            comms.append(comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
+            comms.append(comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
 
     def grouped(name, mm, nn, kk, phase):
-        row = _gemm(name, mm, nn, kk, dt, phase)
+        row = gemm(name, mm, nn, kk, dt, phase)
         row.update(batch=local, flops=row["flops"] * local, bytes=row["bytes"] * local)
         rows.append(row)
 
@@ -123,12 +122,12 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     grouped("expert_fc1.wgrad", h, fc1_out, per_expert, "bwd")
     grouped("expert_fc2.dgrad", per_expert, width, h, "bwd")
     grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
-    _elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
-                 local * per_expert * width, full or recomputes("moe_act"))
+    elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
+                local * per_expert * width, full or recomputes("moe_act"))
     if etp > 1 and not gather:
         # expert tensor parallelism: the expert output is reduce-scattered inside the expert TP group
         for ph in phases:
-            comms.append(_comm("etp", "allreduce", routed * h * ACT_BYTES, ph))
+            comms.append(comm("etp", "allreduce", routed * h * ACT_BYTES, ph))
 
 
 def expert_params_per_gpu(cfg: SimConfig) -> float:

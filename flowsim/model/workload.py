@@ -22,46 +22,20 @@ all-gather + reduce-scatter pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from flowsim.model import recompute
 from flowsim.config import SimConfig
-from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step, traffic
+from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
+from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
+from flowsim.model.ops import OpSet, attention, comm, elementwise, finish, gemm, linear, memory, unfused_attention
 from flowsim.step.schedule import end_chunks
-from flowsim.units import DTYPE_BYTES
-
-# Transformer Engine FP8 recipe (TE docs, "Using FP8 with Transformer Engine"): the input of every FP8
-# GEMM is cast (read 2-byte, write 1-byte) and, for the weight-gradient GEMM on Hopper, transposed (read
-# and write 1-byte); the output gradient likewise in backward. Weights are cast once per optimizer step.
-FP8_CAST_BYTES_PER_ELEM = ACT_BYTES + 1
-FP8_TRANSPOSE_BYTES_PER_ELEM = 2
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
 # gradient buffer writes 4 more.
 ADAM_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 + 4
-
-
-class CommOp(NamedTuple):
-    """One collective of a block: group, op, size in the nccl-tests convention (bytes), phase, overlap, count."""
-
-    group: str
-    op: str
-    size_bytes: float
-    phase: str
-    overlap: str
-    count: int
-
-
-@dataclass(frozen=True)
-class OpSet:
-    """Compute (an op table) and communication (CommOp tuples) of one block, one micro-batch, one GPU."""
-
-    compute: pd.DataFrame
-    comms: tuple
 
 
 @dataclass(frozen=True)
@@ -105,126 +79,20 @@ class Workload:
     gemm_dtype: str
 
 
-def _gemm(name, m, n, k, dtype, phase, count=1):
-    flops = 2.0 * m * n * k
-    eb = DTYPE_BYTES[dtype]
-    return dict(name=name, kind="gemm", dtype=dtype, m=m, n=n, k=k, batch=1, flops=flops,
-                bytes=eb * (m * k + k * n) + ACT_BYTES * m * n, phase=phase, count=count)
-
-
-def _linear(rows, name, tokens, n_out, k_in, dtype, recompute):
-    """Forward, input-gradient and weight-gradient GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W``."""
-    rows.append(_gemm(f"{name}", tokens, n_out, k_in, dtype, "fwd"))
-    rows.append(_gemm(f"{name}.dgrad", tokens, k_in, n_out, dtype, "bwd"))
-    rows.append(_gemm(f"{name}.wgrad", k_in, n_out, tokens, dtype, "bwd"))
-    if recompute:
-        rows.append(_gemm(f"{name}", tokens, n_out, k_in, dtype, "recompute"))
-    if dtype == "fp8":
-        rows.append(_memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "fwd"))
-        rows.append(_memory(f"{name}.cast_grad", tokens * n_out * FP8_CAST_BYTES_PER_ELEM, "bwd"))
-        rows.append(_memory(f"{name}.transpose", (tokens * k_in + tokens * n_out) * FP8_TRANSPOSE_BYTES_PER_ELEM,
-                            "bwd"))
-        if recompute:
-            rows.append(_memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "recompute"))
-
-
-def _memory(name, nbytes, phase, count=1, flops=0.0):
-    return dict(name=name, kind="memory", dtype="bf16", flops=flops, bytes=float(nbytes), phase=phase, count=count)
-
-
-def _elementwise(rows, name, step, fusion, elems, recompute):
-    """Rows of a memory-bound layer step (see :mod:`flowsim.model.fusion`) over ``elems`` tensor elements:
-    forward, backward and, with ``recompute``, the forward again. Steps that move nothing add no row."""
-    tr = traffic(step, fusion)
-    for phase, per in (("fwd", tr.fwd), ("bwd", tr.bwd)) + ((("recompute", tr.fwd),) if recompute else ()):
-        if per:
-            rows.append(_memory(name + (".bwd" if phase == "bwd" else ""), elems * per, phase))
-
-
-def _attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, phase):
-    kind = "attn_bwd" if phase == "bwd" else "attn_fwd"
-    # FlashAttention FLOP convention (flash-attention benchmarks/benchmark_flash_attention.py):
-    # forward 4*b*s_q*s_k*h*d, halved for causal; backward 2.5x forward (it recomputes the scores).
-    fwd = 4.0 * batch * seq_q * seq_k * heads * head_dim / (2.0 if causal else 1.0)
-    flops = 2.5 * fwd if kind == "attn_bwd" else fwd
-    qo = batch * seq_q * heads * head_dim
-    kv = batch * seq_k * kv_heads * head_dim
-    nbytes = ACT_BYTES * (2 * qo + 2 * kv) * (2 if kind == "attn_bwd" else 1)
-    return dict(name=name, kind=kind, dtype="bf16", batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
-                seq_k=seq_k, head_dim=head_dim, causal=causal, flops=flops, bytes=float(nbytes), phase=phase,
-                count=1)
-
-
-def _batched_gemm(name, batch, m, n, k, phase):
-    row = _gemm(name, m, n, k, "bf16", phase)
-    row.update(batch=batch, flops=row["flops"] * batch, bytes=row["bytes"] * batch)
-    return row
-
-
-def _unfused_attention(bh, s, d, dropout, phase):
-    """Megatron-LM's core attention without FlashAttention, for ``bh`` (batch x local heads) heads.
-
-    Forward: scores = Q K^T (batched GEMM, the full square), fused scale-mask-softmax (read and write the
-    2-byte scores), optional dropout (read, write, 1-byte mask), context = P V. Backward: the two GEMMs'
-    input gradients (four batched GEMMs), dropout and softmax backward (read probabilities and gradient,
-    write gradient).
-    """
-    sq = float(bh) * s * s  # score elements
-    drop_fwd = sq * (2 * ACT_BYTES + 1) if dropout else 0.0
-    if phase == "bwd":
-        rows = [_batched_gemm("attn_scores.dgrad_q", bh, s, d, s, phase),
-                _batched_gemm("attn_scores.dgrad_k", bh, s, d, s, phase),
-                _batched_gemm("attn_context.dgrad_p", bh, s, s, d, phase),
-                _batched_gemm("attn_context.dgrad_v", bh, s, d, s, phase),
-                _memory("softmax.bwd", sq * 3 * ACT_BYTES, phase)]
-        if dropout:
-            rows.append(_memory("attn_dropout.bwd", sq * (2 * ACT_BYTES + 1), phase))
-        return rows
-    rows = [_batched_gemm("attn_scores", bh, s, s, d, phase),
-            _memory("softmax", sq * 2 * ACT_BYTES, phase),
-            _batched_gemm("attn_context", bh, s, d, s, phase)]
-    if dropout:
-        rows.append(_memory("attn_dropout", drop_fwd, phase))
-    return rows
-
-
-def _comm(group, op, size_bytes, phase, overlap="none", count=1):
-    return CommOp(group, op, float(size_bytes), phase, overlap, count)
-
-
-_COMPUTE_COLUMNS = ["name", "kind", "dtype", "m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k",
-                    "head_dim", "causal", "flops", "bytes", "phase", "count"]
-_INT_COLUMNS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "count")
-
-
-def _finish(rows, comms) -> OpSet:
-    cols = {}
-    for c in _COMPUTE_COLUMNS:
-        if c in _INT_COLUMNS:
-            cols[c] = np.array([r.get(c, 0) for r in rows], dtype=np.int64)
-        elif c == "causal":
-            cols[c] = np.array([bool(r.get(c, False)) for r in rows])
-        elif c in ("flops", "bytes"):
-            cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
-        else:
-            cols[c] = [r[c] for r in rows]
-    return OpSet(compute=pd.DataFrame(cols), comms=tuple(comms))
-
-
 def _tp_comms(comms, tp, sp, act_bytes, phase):
     """Collectives around one column-parallel -> row-parallel pair (attention or MLP), one direction."""
     if tp == 1:
         return
     if sp:
         if phase in ("fwd", "recompute"):
-            comms.append(_comm("tp", "allgather", act_bytes, phase))      # gather the sequence shards
-            comms.append(_comm("tp", "reducescatter", act_bytes, phase))  # row-parallel output
+            comms.append(comm("tp", "allgather", act_bytes, phase))      # gather the sequence shards
+            comms.append(comm("tp", "reducescatter", act_bytes, phase))  # row-parallel output
         else:
-            comms.append(_comm("tp", "allgather", act_bytes, "bwd"))       # grad of row-parallel output
-            comms.append(_comm("tp", "reducescatter", act_bytes, "bwd"))   # grad of column-parallel input
-            comms.append(_comm("tp", "allgather", act_bytes, "bwd", overlap="dgrad"))  # saved input for wgrad
+            comms.append(comm("tp", "allgather", act_bytes, "bwd"))       # grad of row-parallel output
+            comms.append(comm("tp", "reducescatter", act_bytes, "bwd"))   # grad of column-parallel input
+            comms.append(comm("tp", "allgather", act_bytes, "bwd", overlap="dgrad"))  # saved input for wgrad
     else:
-        comms.append(_comm("tp", "allreduce", act_bytes, phase))
+        comms.append(comm("tp", "allreduce", act_bytes, phase))
 
 
 def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
@@ -261,14 +129,14 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     bias_grad = m.add_bias_linear and fusion == "eager"
 
     def norm(name):
-        _elementwise(rows, name, m.normalization, fusion, tok_sp * h, rc("layernorm"))
+        elementwise(rows, name, m.normalization, fusion, tok_sp * h, rc("layernorm"))
 
     def residual(name):
-        _elementwise(rows, name, "dropout_residual" if dropout else "residual", fusion, tok_sp * h, full)
+        elementwise(rows, name, "dropout_residual" if dropout else "residual", fusion, tok_sp * h, full)
 
     def bias(name, width):
         if bias_grad:
-            _elementwise(rows, f"{name}.bias_grad", "bias_grad", fusion, tokens * width, False)
+            elementwise(rows, f"{name}.bias_grad", "bias_grad", fusion, tokens * width, False)
 
     # attention block
     norm("input_norm")
@@ -277,22 +145,22 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         groups = heads
     else:
         qkv_out = (heads + 2 * groups) * d
-        _linear(rows, "qkv", tokens, qkv_out, h, dt, full)
+        linear(rows, "qkv", tokens, qkv_out, h, dt, full)
         bias("qkv", qkv_out)
-        _elementwise(rows, "qkv_grad_pack", "qkv_grad_pack", fusion, tokens * qkv_out, False)
+        elementwise(rows, "qkv_grad_pack", "qkv_grad_pack", fusion, tokens * qkv_out, False)
     rope_heads = (heads + groups) * d if not m.multi_latent_attention else (heads + 1) * m.qk_pos_emb_head_dim
     if m.position_embedding == "rope":
-        _elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
+        elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
     # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
     # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
     for ph in passes(rc("core_attn")):
         if t.use_flash_attn:
-            rows.append(_attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
-                                   True, ph))
+            rows.append(attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
+                                  True, ph))
         else:
-            rows.extend(_unfused_attention(b * heads, s, d, m.hidden_dropout > 0, ph))
+            rows.extend(unfused_attention(b * heads, s, d, m.hidden_dropout > 0, ph))
     v_dim = m.v_head_dim if m.multi_latent_attention else d
-    _linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
+    linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     bias("attn_out", h)
     residual("attn_residual")
     for ph in passes(full):
@@ -301,8 +169,6 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     # MLP block
     norm("post_attn_norm")
     if moe:
-        from flowsim.model.moe import moe_mlp_ops
-
         moe_mlp_ops(cfg, rows, comms, tokens, dt, rc)
         if m.moe_shared_expert_intermediate_size:
             mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt,
@@ -323,17 +189,17 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
             # forward, and K, V and their gradients in backward (Megatron-LM context parallelism, TE
             # AttnFuncWithCPAndKVP2P), beside the attention kernels of the previous step.
             for ph, size in (("fwd", kv_chunk), ("bwd", 2 * kv_chunk)) + tuple((r, kv_chunk) for r in rec):
-                comms.append(_comm("cp", "sendrecv", size, ph, overlap="attention", count=cp - 1))
+                comms.append(comm("cp", "sendrecv", size, ph, overlap="attention", count=cp - 1))
         else:
             # All-gather variant (TE AttnFuncWithCPAndKVAllGather): K and V of all CP ranks gathered before
             # attention; backward reduce-scatters their gradients.
             for ph in ("fwd",) + rec:
-                comms.append(_comm("cp", "allgather", kv_chunk * cp, ph))
-            comms.append(_comm("cp", "allgather", kv_chunk * cp, "bwd"))
-            comms.append(_comm("cp", "reducescatter", kv_chunk * cp, "bwd"))
+                comms.append(comm("cp", "allgather", kv_chunk * cp, ph))
+            comms.append(comm("cp", "allgather", kv_chunk * cp, "bwd"))
+            comms.append(comm("cp", "reducescatter", kv_chunk * cp, "bwd"))
     if recompute.policy(t) == "op":
         _op_sac_rows(rows, comms, m, tokens, heads, groups, d, f // tp, dt, tp, sp, act)
-    return _finish(rows, comms)
+    return finish(rows, comms)
 
 
 def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, act) -> None:
@@ -348,21 +214,21 @@ def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, ac
         rows.append(dict(memory_row, phase="recompute"))
     for name in recompute.op_sac_projections(m.gated, m.add_bias_linear):
         n_out, k_in = shapes[name]
-        rows.append(_gemm(f"{name}_proj", tokens, n_out, k_in, dt, "recompute"))
+        rows.append(gemm(f"{name}_proj", tokens, n_out, k_in, dt, "recompute"))
     if tp > 1 and sp:
-        comms.append(_comm("tp", "allgather", act, "recompute", count=2))
+        comms.append(comm("tp", "allgather", act, "recompute", count=2))
 
 
 def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused"):
     """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens, with their
     forward again when ``rerun`` (``fusion``: the memory-bound kernel set, :mod:`flowsim.model.fusion`)."""
     fc1_out = (2 if m.gated else 1) * width
-    _linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, rerun)
-    _elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, rerun)
-    _linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, rerun)
+    linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, rerun)
+    elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, rerun)
+    linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, rerun)
     if m.add_bias_linear and fusion == "eager":
-        _elementwise(rows, f"{prefix}fc1.bias_grad", "bias_grad", fusion, tokens * fc1_out, False)
-        _elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
+        elementwise(rows, f"{prefix}fc1.bias_grad", "bias_grad", fusion, tokens * fc1_out, False)
+        elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
 
 
 def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
@@ -372,12 +238,12 @@ def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
     h = m.hidden_size
     qk = m.qk_head_dim + m.qk_pos_emb_head_dim
     if m.q_lora_rank:
-        _linear(rows, "q_down", tokens, m.q_lora_rank, h, dt, full)
-        _linear(rows, "q_up", tokens, heads * qk, m.q_lora_rank, dt, full)
+        linear(rows, "q_down", tokens, m.q_lora_rank, h, dt, full)
+        linear(rows, "q_up", tokens, heads * qk, m.q_lora_rank, dt, full)
     else:
-        _linear(rows, "q_proj", tokens, heads * qk, h, dt, full)
-    _linear(rows, "kv_down", tokens, m.kv_lora_rank + m.qk_pos_emb_head_dim, h, dt, full)
-    _linear(rows, "kv_up", tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, dt, full)
+        linear(rows, "q_proj", tokens, heads * qk, h, dt, full)
+    linear(rows, "kv_down", tokens, m.kv_lora_rank + m.qk_pos_emb_head_dim, h, dt, full)
+    linear(rows, "kv_up", tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, dt, full)
     return (qk + m.v_head_dim) // 2
 
 
@@ -387,18 +253,18 @@ def build_embedding(cfg: SimConfig) -> OpSet:
     tokens = t.micro_batch_size * cfg.seq_length // t.cp
     tok_sp = tokens // t.tp if t.sequence_parallel else tokens
     h = m.hidden_size
-    rows = [_memory("embedding", tokens * h * ACT_BYTES * (2 if m.position_embedding == "learned" else 1), "fwd"),
-            _memory("embedding.bwd", tokens * h * ACT_BYTES * 2, "bwd")]
+    rows = [memory("embedding", tokens * h * ACT_BYTES * (2 if m.position_embedding == "learned" else 1), "fwd"),
+            memory("embedding.bwd", tokens * h * ACT_BYTES * 2, "bwd")]
     comms = []
     if t.tp > 1:
         # Vocab-parallel embedding: partial lookups summed across TP (reduce-scatter with SP).
         op = "reducescatter" if t.sequence_parallel else "allreduce"
-        comms.append(_comm("tp", op, tokens * h * ACT_BYTES, "fwd"))
+        comms.append(comm("tp", op, tokens * h * ACT_BYTES, "fwd"))
         if t.sequence_parallel:
-            comms.append(_comm("tp", "allgather", tokens * h * ACT_BYTES, "bwd"))
+            comms.append(comm("tp", "allgather", tokens * h * ACT_BYTES, "bwd"))
     if m.hidden_dropout > 0:
-        rows.append(_memory("embedding.dropout", tok_sp * h * (2 * ACT_BYTES + 1), "fwd"))
-    return _finish(rows, comms)
+        rows.append(memory("embedding.dropout", tok_sp * h * (2 * ACT_BYTES + 1), "fwd"))
+    return finish(rows, comms)
 
 
 def padded_vocab(cfg: SimConfig) -> int:
@@ -415,20 +281,20 @@ def build_head(cfg: SimConfig) -> OpSet:
     h = m.hidden_size
     v_local = padded_vocab(cfg) // t.tp
     rows = []
-    _elementwise(rows, "final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
+    elementwise(rows, "final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
     # The output layer runs in 16-bit even in FP8 recipes (TE keeps the first and last layers in BF16).
-    _linear(rows, "lm_head", tokens, v_local, h, "bf16", False)
-    _elementwise(rows, "cross_entropy", "cross_entropy", t.kernel_fusion, tokens * v_local, False)
+    linear(rows, "lm_head", tokens, v_local, h, "bf16", False)
+    elementwise(rows, "cross_entropy", "cross_entropy", t.kernel_fusion, tokens * v_local, False)
     comms = []
     if t.tp > 1:
         if t.sequence_parallel:
-            comms.append(_comm("tp", "allgather", tokens * h * ACT_BYTES, "fwd"))
-            comms.append(_comm("tp", "reducescatter", tokens * h * ACT_BYTES, "bwd"))
+            comms.append(comm("tp", "allgather", tokens * h * ACT_BYTES, "fwd"))
+            comms.append(comm("tp", "reducescatter", tokens * h * ACT_BYTES, "bwd"))
         else:
-            comms.append(_comm("tp", "allreduce", tokens * h * ACT_BYTES, "bwd"))
+            comms.append(comm("tp", "allreduce", tokens * h * ACT_BYTES, "bwd"))
         # max and sum-exp of the logits across the vocab shards: three small fp32 all-reduces
-        comms.append(_comm("tp", "allreduce", tokens * FP32_BYTES, "fwd", count=3))
-    return _finish(rows, comms)
+        comms.append(comm("tp", "allreduce", tokens * FP32_BYTES, "fwd", count=3))
+    return finish(rows, comms)
 
 
 def layer_params(cfg: SimConfig, moe: bool = False) -> float:
@@ -511,8 +377,6 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
 
 def build_workload(cfg: SimConfig) -> Workload:
     """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig)."""
-    from flowsim.model.moe import expert_params_per_gpu
-
     t = cfg.training
     layers, moe = chunk_layer_counts(cfg, with_moe=True)
     rec = recompute.recompute_layer_counts(t, layers)
@@ -555,5 +419,5 @@ def model_flops_per_token(cfg: SimConfig) -> float:
                + n_moe * per_moe + m.hidden_size * m.vocab_size)
     head_dim = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2 if m.multi_latent_attention \
         else m.kv_channels
-    attention = 2.0 * m.num_layers * cfg.seq_length * m.num_attention_heads * head_dim * 0.5
-    return 6.0 * weights + 6.0 * attention
+    attn = 2.0 * m.num_layers * cfg.seq_length * m.num_attention_heads * head_dim * 0.5
+    return 6.0 * weights + 6.0 * attn

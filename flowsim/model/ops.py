@@ -1,0 +1,157 @@
+"""Op-row builders shared by the dense layer (:mod:`flowsim.model.workload`) and routed experts
+(:mod:`flowsim.model.moe`): compute rows in the :mod:`flowsim.kernels` op-table schema and
+:class:`CommOp` collectives, gathered into an :class:`OpSet` per block.
+
+A compute row is a dict with ``name``, ``kind`` (``gemm``, ``memory``, ``attn_fwd``, ``attn_bwd``), ``dtype``,
+shapes, ``flops`` (FLOP), ``bytes`` (bytes moved to and from device memory), ``phase`` (``fwd``, ``bwd``,
+``recompute``) and ``count`` (instances per micro-batch); :func:`finish` turns a list of them into the op
+table of an :class:`OpSet`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from flowsim.model.fusion import ACT_BYTES, traffic
+from flowsim.units import DTYPE_BYTES
+
+# Transformer Engine FP8 recipe (TE docs, "Using FP8 with Transformer Engine"): the input of every FP8
+# GEMM is cast (read 2-byte, write 1-byte) and, for the weight-gradient GEMM on Hopper, transposed (read
+# and write 1-byte); the output gradient likewise in backward. Weights are cast once per optimizer step.
+FP8_CAST_BYTES_PER_ELEM = ACT_BYTES + 1
+FP8_TRANSPOSE_BYTES_PER_ELEM = 2
+
+
+class CommOp(NamedTuple):
+    """One collective of a block: group, op, size in the nccl-tests convention (bytes), phase, overlap, count."""
+
+    group: str
+    op: str
+    size_bytes: float
+    phase: str
+    overlap: str
+    count: int
+
+
+@dataclass(frozen=True)
+class OpSet:
+    """Compute (an op table) and communication (CommOp tuples) of one block, one micro-batch, one GPU."""
+
+    compute: pd.DataFrame
+    comms: tuple
+
+
+def gemm(name, m, n, k, dtype, phase, count=1):
+    """Row of ``C[m, n] = A[m, k] B[k, n]``: ``2mnk`` FLOP; reads A and B in ``dtype``, writes C in 16-bit."""
+    flops = 2.0 * m * n * k
+    eb = DTYPE_BYTES[dtype]
+    return dict(name=name, kind="gemm", dtype=dtype, m=m, n=n, k=k, batch=1, flops=flops,
+                bytes=eb * (m * k + k * n) + ACT_BYTES * m * n, phase=phase, count=count)
+
+
+def linear(rows, name, tokens, n_out, k_in, dtype, recompute):
+    """Forward, input-gradient and weight-gradient GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W``."""
+    rows.append(gemm(f"{name}", tokens, n_out, k_in, dtype, "fwd"))
+    rows.append(gemm(f"{name}.dgrad", tokens, k_in, n_out, dtype, "bwd"))
+    rows.append(gemm(f"{name}.wgrad", k_in, n_out, tokens, dtype, "bwd"))
+    if recompute:
+        rows.append(gemm(f"{name}", tokens, n_out, k_in, dtype, "recompute"))
+    if dtype == "fp8":
+        rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "fwd"))
+        rows.append(memory(f"{name}.cast_grad", tokens * n_out * FP8_CAST_BYTES_PER_ELEM, "bwd"))
+        rows.append(memory(f"{name}.transpose", (tokens * k_in + tokens * n_out) * FP8_TRANSPOSE_BYTES_PER_ELEM,
+                           "bwd"))
+        if recompute:
+            rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "recompute"))
+
+
+def memory(name, nbytes, phase, count=1, flops=0.0):
+    """Row of a memory-bound kernel moving ``nbytes`` bytes (and doing ``flops`` FLOP)."""
+    return dict(name=name, kind="memory", dtype="bf16", flops=flops, bytes=float(nbytes), phase=phase, count=count)
+
+
+def elementwise(rows, name, step, fusion, elems, recompute):
+    """Rows of a memory-bound layer step (see :mod:`flowsim.model.fusion`) over ``elems`` tensor elements:
+    forward, backward and, with ``recompute``, the forward again. Steps that move nothing add no row."""
+    tr = traffic(step, fusion)
+    for phase, per in (("fwd", tr.fwd), ("bwd", tr.bwd)) + ((("recompute", tr.fwd),) if recompute else ()):
+        if per:
+            rows.append(memory(name + (".bwd" if phase == "bwd" else ""), elems * per, phase))
+
+
+def attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, phase):
+    """Row of one fused (FlashAttention) attention kernel, forward or (``phase="bwd"``) backward."""
+    kind = "attn_bwd" if phase == "bwd" else "attn_fwd"
+    # FlashAttention FLOP convention (flash-attention benchmarks/benchmark_flash_attention.py):
+    # forward 4*b*s_q*s_k*h*d, halved for causal; backward 2.5x forward (it recomputes the scores).
+    fwd = 4.0 * batch * seq_q * seq_k * heads * head_dim / (2.0 if causal else 1.0)
+    flops = 2.5 * fwd if kind == "attn_bwd" else fwd
+    qo = batch * seq_q * heads * head_dim
+    kv = batch * seq_k * kv_heads * head_dim
+    nbytes = ACT_BYTES * (2 * qo + 2 * kv) * (2 if kind == "attn_bwd" else 1)
+    return dict(name=name, kind=kind, dtype="bf16", batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
+                seq_k=seq_k, head_dim=head_dim, causal=causal, flops=flops, bytes=float(nbytes), phase=phase,
+                count=1)
+
+
+def batched_gemm(name, batch, m, n, k, phase):
+    """Row of ``batch`` independent 16-bit GEMMs of one shape (:func:`gemm`), as one kernel."""
+    row = gemm(name, m, n, k, "bf16", phase)
+    row.update(batch=batch, flops=row["flops"] * batch, bytes=row["bytes"] * batch)
+    return row
+
+
+def unfused_attention(bh, s, d, dropout, phase):
+    """Megatron-LM's core attention without FlashAttention, for ``bh`` (batch x local heads) heads.
+
+    Forward: scores = Q K^T (batched GEMM, the full square), fused scale-mask-softmax (read and write the
+    2-byte scores), optional dropout (read, write, 1-byte mask), context = P V. Backward: the two GEMMs'
+    input gradients (four batched GEMMs), dropout and softmax backward (read probabilities and gradient,
+    write gradient).
+    """
+    sq = float(bh) * s * s  # score elements
+    drop_fwd = sq * (2 * ACT_BYTES + 1) if dropout else 0.0
+    if phase == "bwd":
+        rows = [batched_gemm("attn_scores.dgrad_q", bh, s, d, s, phase),
+                batched_gemm("attn_scores.dgrad_k", bh, s, d, s, phase),
+                batched_gemm("attn_context.dgrad_p", bh, s, s, d, phase),
+                batched_gemm("attn_context.dgrad_v", bh, s, d, s, phase),
+                memory("softmax.bwd", sq * 3 * ACT_BYTES, phase)]
+        if dropout:
+            rows.append(memory("attn_dropout.bwd", sq * (2 * ACT_BYTES + 1), phase))
+        return rows
+    rows = [batched_gemm("attn_scores", bh, s, s, d, phase),
+            memory("softmax", sq * 2 * ACT_BYTES, phase),
+            batched_gemm("attn_context", bh, s, d, s, phase)]
+    if dropout:
+        rows.append(memory("attn_dropout", drop_fwd, phase))
+    return rows
+
+
+def comm(group, op, size_bytes, phase, overlap="none", count=1):
+    """A :class:`CommOp`; ``size_bytes`` in the nccl-tests convention."""
+    return CommOp(group, op, float(size_bytes), phase, overlap, count)
+
+
+COMPUTE_COLUMNS = ["name", "kind", "dtype", "m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k",
+                   "head_dim", "causal", "flops", "bytes", "phase", "count"]
+INT_COLUMNS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "count")
+
+
+def finish(rows, comms) -> OpSet:
+    """The :class:`OpSet` of a block: compute rows as one op table (every column of COMPUTE_COLUMNS, absent
+    shape fields 0), collectives as a tuple."""
+    cols = {}
+    for c in COMPUTE_COLUMNS:
+        if c in INT_COLUMNS:
+            cols[c] = np.array([r.get(c, 0) for r in rows], dtype=np.int64)
+        elif c == "causal":
+            cols[c] = np.array([bool(r.get(c, False)) for r in rows])
+        elif c in ("flops", "bytes"):
+            cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
+        else:
+            cols[c] = [r[c] for r in rows]
+    return OpSet(compute=pd.DataFrame(cols), comms=tuple(comms))
