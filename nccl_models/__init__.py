@@ -9,12 +9,18 @@ Public API::
     est = predict("allreduce", 64 * 2**20, layout)      # CollectiveEstimate
     table = cost_table("allreduce", 64 * 2**20, layout)  # every algo/proto, NCCL TUNING-style
 
+    est, plan = plan_collective("allreduce", 64 * 2**20, layout)  # the flow engine's front door: Plan
+
 Depends only on numpy/pandas and flowsim.units / flowsim.errors; see docs/NCCL.md.
 """
-from flowsim.nccl_models.constants import Algo, Coll, Hw, Proto
+from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo, Coll, Hw, Proto
 from flowsim.nccl_models.estimate import OPS, P2P_OPS, CollectiveEstimate, busbw_factor, cost_table, predict
+from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.overrides import parse_override
+from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, SWITCH, Plan, build_plan, plan_collective
+from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
 
-__all__ = ["OPS", "P2P_OPS", "Algo", "Coll", "CollectiveEstimate", "CommLayout", "Hw", "Proto", "busbw_factor",
-           "cost_table", "parse_override", "predict"]
+__all__ = ["ALGO_NAMES", "DEFAULT_MAX_TRANSFERS", "DEFAULT_NCCL_VERSION", "NET_BW_EFFICIENCY", "OPS", "P2P_OPS",
+           "PROTO_NAMES", "SWITCH", "Algo", "Coll", "CollectiveEstimate", "CommLayout", "Hw", "Plan", "Proto",
+           "build_plan", "busbw_factor", "cost_table", "parse_override", "plan_collective", "predict"]

@@ -52,6 +52,16 @@ its critical path (the longest chain of dependent transfers, ``critical_path``) 
 
 Protocols: ``wire_factor`` scales payload to bytes on the wire: LL sends 8 B of data per 16 B line (x2), LL128
 120 B of data per 128 B line (x128/120); Simple x1.
+
+Kernel rates: a collective's CTAs move data at most as fast as NCCL's graph bandwidth (channels x per-channel
+speed, ``tuning.cc`` busBw), often below the wires (H100: 360 GB/s of ring bandwidth on 450 GB/s NVLink). Each
+plan carries, per rank, that rate in wire bytes/s (``kernel_Bps``): ``NCCL algbw x wire bytes the rank sends /
+size``, so that a rank alone moves its bytes in NCCL's time. The algbw is the calibrated one of
+:mod:`~flowsim.nccl_models.execution` less ``NET_BW_EFFICIENCY`` (which the flow engine puts on the scale-out
+links instead); AllToAll and Send/Recv (no NCCL bandwidth) use the analytic time less its latency.
+
+Front door: :func:`plan_collective` picks the algorithm and protocol as NCCL does among those with a plan
+(:func:`flowsim.nccl_models.predict`) and builds the plan; :func:`build_plan` builds one for a given choice.
 """
 from __future__ import annotations
 
@@ -62,18 +72,21 @@ import numpy as np
 
 from flowsim.errors import ConfigError
 from flowsim.nccl_models.constants import (
-    BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, RING_CHUNK_STEPS,
-    SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto, tuning_tables,
+    ALGO_NAMES, BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, PROTO_NAMES,
+    RING_CHUNK_STEPS, SIMPLE_STEP_BYTES, TREE_LL128_BW_FACTOR_MULTI, Algo, Coll, Proto, tuning_tables,
 )
-from flowsim.nccl_models.estimate import COLL_OF_OP, check_size
-from flowsim.nccl_models.execution import bw_efficiency, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s
+from flowsim.nccl_models.estimate import COLL_OF_OP, P2P_OPS, CollectiveEstimate, check_size, predict
+from flowsim.nccl_models.execution import (
+    NET_BW_EFFICIENCY, bw_efficiency, execution_layout, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s,
+)
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
-from flowsim.nccl_models.p2p import p2p_latency_s
+from flowsim.nccl_models.overrides import parse_override
+from flowsim.nccl_models.p2p import alltoall_time_s, p2p_latency_s, sendrecv_time_s
 from flowsim.nccl_models.tuning import cost_model, n_steps
 
-__all__ = ["SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "btree_parent", "distinct_rings", "dtree_parent",
-           "nvls_heads", "walecki_rings", "zigzag_path"]
+__all__ = ["SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "plan_collective", "btree_parent", "distinct_rings",
+           "dtree_parent", "nvls_heads", "walecki_rings", "zigzag_path"]
 
 SWITCH = -1
 """Rank id of the NVSwitch in NVLS plans (the scale-up switch of the source/destination GPU's domain)."""
@@ -98,9 +111,12 @@ class Plan:
 
     Attributes
     ----------
-    op, algo, proto : str
-        Collective, NCCL algorithm (``Ring``, ``Tree``, ``NVLS``, ``NVLSTree``, ``PAT``, ``P2P``) and protocol
-        names.
+    op : str
+        Collective.
+    algo : Algo or None
+        NCCL algorithm; None for point-to-point (AllToAll, Send/Recv). ``algo_name`` is NCCL's name (``P2P``).
+    proto : Proto
+        NCCL protocol (``Proto.SIMPLE`` for point-to-point).
     n_ranks : int
         Ranks of the communicator.
     size_bytes : float
@@ -123,11 +139,13 @@ class Plan:
         Wire bytes per payload byte of the protocol (LL 2, LL128 128/120, Simple 1).
     critical_path : int
         Transfers on the longest dependency chain.
+    kernel_Bps : float64[n_ranks]
+        Each rank's kernel rate, wire bytes/s (module docstring, Kernel rates).
     """
 
     op: str
-    algo: str
-    proto: str
+    algo: Algo | None
+    proto: Proto
     n_ranks: int
     size_bytes: float
     src: np.ndarray
@@ -141,6 +159,17 @@ class Plan:
     base_latency_s: float
     wire_factor: float
     critical_path: int
+    kernel_Bps: np.ndarray
+
+    @property
+    def algo_name(self) -> str:
+        """NCCL's name of the algorithm (``Ring``, ``Tree``, ... ``P2P`` for point-to-point)."""
+        return "P2P" if self.algo is None else ALGO_NAMES[self.algo]
+
+    @property
+    def proto_name(self) -> str:
+        """NCCL's name of the protocol (``LL``, ``LL128``, ``Simple``)."""
+        return PROTO_NAMES[self.proto]
 
     @property
     def n_transfers(self) -> int:
@@ -158,7 +187,7 @@ class Plan:
         return np.bincount(self.dst[ok], weights=self.payload_bytes[ok], minlength=self.n_ranks)
 
     def __repr__(self) -> str:
-        return (f"Plan({self.op} {self.algo}/{self.proto} on {self.n_ranks} ranks: {self.n_transfers} transfers, "
+        return (f"Plan({self.op} {self.algo_name}/{self.proto_name} on {self.n_ranks} ranks: {self.n_transfers} transfers, "
                 f"critical path {self.critical_path})")
 
 
@@ -206,6 +235,13 @@ def dtree_parent(n: int) -> tuple[np.ndarray, np.ndarray]:
     return t0, t1
 
 
+def _names(algo, proto) -> tuple[str, str]:
+    """(algorithm name, protocol name) from NCCL names or the :class:`Algo` / :class:`Proto` enums."""
+    a = ALGO_NAMES[algo] if isinstance(algo, Algo) else ("P2P" if algo is None else algo)
+    p = PROTO_NAMES[proto] if isinstance(proto, Proto) else proto
+    return a, p
+
+
 def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str) -> float:
     if op not in (*COLL_OF_OP, "alltoall", "sendrecv"):
         raise ConfigError("op", "must be one of allreduce, allgather, reducescatter, broadcast, reduce, "
@@ -215,7 +251,7 @@ def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str
         raise ConfigError("n_ranks", "a plan needs >= 2 ranks (one rank moves no data)", layout.n_ranks)
     if algo not in PLANNED_ALGOS:
         raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS)} only", algo)
-    if (algo == "P2P") != (op in ("alltoall", "sendrecv")):
+    if (algo == "P2P") != (op in P2P_OPS):
         raise ConfigError("algo", f"{op} does not run {algo}", algo)
     if algo != "P2P" and proto not in _PROTO:
         raise ConfigError("proto", "must be LL, LL128 or Simple", proto)
@@ -229,7 +265,23 @@ def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str
     return size
 
 
-def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str, *,
+def kernel_rates_Bps(op: str, size_bytes: float, layout: CommLayout, algo: Algo | None, proto: Proto,
+                     sent_wire_bytes: np.ndarray) -> np.ndarray:
+    """Each rank's kernel rate, wire bytes/s (module docstring, Kernel rates).
+
+    ``algo`` None is point-to-point (the analytic time less its latency); ``sent_wire_bytes`` is what each rank
+    sends on the wire (ranks sending nothing get the algbw itself).
+    """
+    if algo is None:
+        t = alltoall_time_s(layout, size_bytes) if op == "alltoall" else sendrecv_time_s(layout, size_bytes)
+        algbw = size_bytes / (t - p2p_latency_s(layout))
+    else:
+        eff = bw_efficiency(layout) / (NET_BW_EFFICIENCY if layout.n_nodes > 1 else 1.0)
+        algbw = cost_model(COLL_OF_OP[op], layout).algbw_Bps[algo, proto] * eff
+    return np.where(sent_wire_bytes > 0, algbw * sent_wire_bytes / size_bytes, algbw)
+
+
+def build_plan(op: str, size_bytes: float, layout: CommLayout, algo, proto, *,
                max_transfers: int = DEFAULT_MAX_TRANSFERS) -> Plan:
     """The transfers of one collective as NCCL runs it with (``algo``, ``proto``).
 
@@ -241,9 +293,10 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
         Bytes, nccl-tests convention; > 0.
     layout : CommLayout
         The communicator (>= 2 ranks).
-    algo, proto : str
-        NCCL names as :func:`flowsim.nccl_models.predict` reports them: ``Ring``, ``Tree``, ``NVLS`` with
-        ``LL``/``LL128``/``Simple``; ``P2P`` (proto ignored) for AllToAll and Send/Recv.
+    algo, proto : Algo and Proto, or str
+        The enums, or NCCL names as :func:`flowsim.nccl_models.predict` reports them (``Ring``, ``Tree``,
+        ``NVLS`` ... with ``LL``/``LL128``/``Simple``); ``None`` or ``P2P`` (proto ignored) for AllToAll and
+        Send/Recv.
     max_transfers : int, optional
         Merge steps/loops/chunks until the plan has at most about this many transfers (module docstring).
 
@@ -256,6 +309,7 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
     ConfigError
         Unknown op, size <= 0, fewer than 2 ranks, or an algorithm without a plan or not valid for ``op``.
     """
+    algo, proto = _names(algo, proto)
     size = _check(op, size_bytes, layout, algo, proto)
     if not isinstance(max_transfers, int) or max_transfers < 1:
         raise ConfigError("max_transfers", "must be a positive integer", max_transfers)
@@ -291,8 +345,10 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo: str, proto:
         fill_s += nvls_chunk_overhead_s(model, size)
     if a == Algo.NVLS:  # single-node NVLS's measured pipeline depth, which its three stages do not produce
         fill_s += pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout))
-    return Plan(op, algo, proto, layout.n_ranks, size, src, dst, payload, channel, step, ptr, idx,
-                np.full(n, (step_lat + fill_s) / depth), base, _WIRE_FACTOR[p], depth)
+    sent = np.bincount(src[src >= 0], weights=payload[src >= 0], minlength=layout.n_ranks) * _WIRE_FACTOR[p]
+    return Plan(op, a, p, layout.n_ranks, size, src, dst, payload, channel, step, ptr, idx,
+                np.full(n, (step_lat + fill_s) / depth), base, _WIRE_FACTOR[p], depth,
+                kernel_rates_Bps(op, size, layout, a, p, sent))
 
 
 def _mesh(layout: CommLayout) -> bool:
@@ -676,5 +732,51 @@ def _p2p_plan(op: str, size: float, layout: CommLayout) -> Plan:
         payload = np.full(n, size)
     m = src.size
     lat = p2p_latency_s(layout)
-    return Plan(op, "P2P", "Simple", n, size, src, dst, payload, np.zeros(m, dtype=np.int64), step,
-                np.zeros(m + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.full(m, lat), 0.0, 1.0, 1)
+    sent = np.bincount(src, weights=payload, minlength=n)
+    return Plan(op, None, Proto.SIMPLE, n, size, src, dst, payload, np.zeros(m, dtype=np.int64), step,
+                np.zeros(m + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.full(m, lat), 0.0, 1.0, 1,
+                kernel_rates_Bps(op, size, layout, None, Proto.SIMPLE, sent))
+
+
+def _planned_override(op: str, algo: str | None) -> str | None:
+    """NCCL_ALGO text allowing only the algorithms with a plan, within the user's override ``algo``."""
+    if op in P2P_OPS:
+        return algo
+    allowed = parse_override(algo, op, "algo") if algo else frozenset(Algo)
+    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS}
+    if not planned:
+        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:-1])} only (no CollNet)",
+                          algo)
+    return ",".join(sorted(ALGO_NAMES[a].lower() for a in planned))
+
+
+def plan_collective(op: str, size_bytes: float, layout: CommLayout, *, algo: str | None = None,
+                    proto: str | None = None,
+                    max_transfers: int = DEFAULT_MAX_TRANSFERS) -> tuple[CollectiveEstimate, Plan | None]:
+    """NCCL's choice among the algorithms with a plan, and its plan: the front door of the flow engine.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`flowsim.nccl_models.OPS`.
+    size_bytes : float
+        Bytes, nccl-tests convention; > 0.
+    layout : CommLayout
+        The communicator, at the release whose choice is modelled.
+    algo, proto : str, optional
+        NCCL_ALGO / NCCL_PROTO overrides (:func:`flowsim.nccl_models.predict`).
+    max_transfers : int, optional
+        See :func:`build_plan`.
+
+    Returns
+    -------
+    (CollectiveEstimate, Plan or None)
+        The analytic estimate of the choice, and its plan (None for a single rank, which moves no data). The
+        release chose (algo, proto); the plan runs at the newest release's speeds
+        (:func:`~flowsim.nccl_models.execution.execution_layout`), as the analytic model prices it.
+    """
+    est = predict(op, size_bytes, layout, algo=_planned_override(op, algo), proto=proto)
+    if layout.n_ranks == 1:
+        return est, None
+    run = layout if op in P2P_OPS else execution_layout(layout)
+    return est, build_plan(op, est.size_bytes, run, est.algo, est.proto, max_transfers=max_transfers)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from flowsim.cli import main
-from flowsim.network.collective_flows import flow_comparison, run_collective, strided_groups
+from flowsim.network.collective_flows import run_collective, strided_groups
 from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
@@ -17,6 +17,7 @@ from flowsim.nccl_models import predict
 from flowsim.nccl_models.constants import Algo, Coll, Proto
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, nvls_chunk_overhead_s
 from flowsim.nccl_models.tuning import cost_model
+from flowsim.validation.nccl_flows import flow_comparison
 from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
 
 H100 = get_gpu("h100-sxm")

@@ -405,7 +405,7 @@ def apply_launch_floor(cmp: NcclComparison, launch: tuple) -> NcclComparison:
     ----------
     cmp : NcclComparison
         A comparison whose rows carry ``launch_floor_s`` (seconds); the flow engine's
-        (``flowsim.network.collective_flows.flow_comparison``) keeps the column of the analytic rows it redoes.
+        (:func:`flowsim.validation.nccl_flows.flow_comparison`) keeps the column of the analytic rows it redoes.
     launch : tuple of dict
         The setups the floors come from (:func:`section_launch`), kept on the result.
 

@@ -8,7 +8,7 @@ import click
 
 from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.network.comm_layout import group_layout, preset_cluster
-from flowsim.network.collective_flows import flow_comparison, run_collective
+from flowsim.network.collective_flows import run_collective
 from flowsim.config.cluster import CPUS
 from flowsim.config.loader import list_presets
 from flowsim.errors import ConfigError
@@ -16,6 +16,7 @@ from flowsim.nccl_models import OPS, P2P_OPS, cost_table, predict
 from flowsim.nccl_models.launch import HOST_LAUNCH_S, check_gpus_per_process, launch_floor_s, with_launch_floor
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION, SUPPORTED_RANGE
 from flowsim.units import GB, GiB, KiB, MiB, US
+from flowsim.validation.nccl_flows import flow_comparison
 from flowsim.validation.nccl_tests import apply_launch_floor, compare_nccl_tests, read_nccl_tests
 
 POS_INT = click.IntRange(min=1)

@@ -1,22 +1,19 @@
 """NCCL collectives executed as flows on the cluster topology, several groups at once.
 
-:func:`run_collective` picks the algorithm and protocol as NCCL does (:func:`flowsim.nccl_models.predict`,
-restricted to the algorithms that have a plan: all but CollNet), builds the rank-level plan
-(:func:`flowsim.nccl_models.plans.build_plan`), maps each group's ranks onto its GPUs, routes every transfer
-through :func:`flowsim.network.topology.build_topology`'s graph (:func:`flowsim.network.routing.route`) and runs the transfers of
-all groups in one flow simulation (:func:`flowsim.network.netsim.simulate`), so that groups sharing NICs, leaves or
-spines share their bandwidth max-min fairly.
+:func:`run_collective` takes NCCL's algorithm and protocol among those with a plan and the rank-level plan
+from :func:`flowsim.nccl_models.plan_collective` (the plan carries each rank's kernel rate), maps each group's
+ranks onto its GPUs, routes every transfer through :func:`flowsim.network.topology.build_topology`'s graph
+(:func:`flowsim.network.routing.route`) and runs the transfers of all groups in one flow simulation
+(:func:`flowsim.network.netsim.simulate`), so that groups sharing NICs, leaves or spines share their bandwidth
+max-min fairly.
 
 Two things are added to the topology's links, both from the analytic model's calibration:
 
-* **Kernel link.** A collective's CTAs move data at most as fast as NCCL's graph bandwidth (channels x
-  per-channel speed, ``tuning.cc`` busBw), often below the wires (H100: 360 GB/s of ring bandwidth on
-  450 GB/s NVLink). Each (group, rank) gets one virtual link on all its outgoing transfers, of capacity
-  ``NCCL algbw x wire bytes the rank sends / size``: alone, a rank moves its bytes in NCCL's time. RCCL's
-  xGMI efficiency (:data:`flowsim.nccl_models.execution.RCCL_XGMI_BW_EFFICIENCY`) scales it on one node.
-  AllToAll and Send/Recv (no NCCL bandwidth) use the analytic model's algbw without its latency.
+* **Kernel link.** A collective's CTAs move data at most as fast as NCCL's graph bandwidth. Each (group, rank)
+  gets one virtual link on all its outgoing transfers, of the capacity the plan gives that rank
+  (``Plan.kernel_Bps``, :mod:`flowsim.nccl_models.plans`): alone, a rank moves its bytes in NCCL's time.
 * **Network efficiency.** Scale-out links (NIC to leaf and above) carry
-  :data:`flowsim.nccl_models.execution.NET_BW_EFFICIENCY` of their line rate: the analytic model's measured
+  :data:`flowsim.nccl_models.NET_BW_EFFICIENCY` of their line rate: the analytic model's measured
   achieved fraction of a NIC, here a property of the link, so that groups sharing a NIC split what it
   really delivers.
 
@@ -29,6 +26,8 @@ Latency: link latencies of the path are not added; NCCL's per-step ``hwLat`` (sp
 path) already covers the network hop. Ring and tree transfers leaving a node go through the NIC on their
 ring's rail (PXN, as NCCL's rings enter and leave a node on one rail), except on an xGMI mesh, where a ring
 leaves through its last GPU's own NIC (:mod:`flowsim.nccl_models.plans`); AllToAll uses PXN when asked.
+
+Comparing the flow engine with nccl-tests logs is :mod:`flowsim.validation.nccl_flows`.
 """
 from __future__ import annotations
 
@@ -41,20 +40,15 @@ from flowsim.network.comm_layout import group_layout, job_domain_size
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
-from flowsim.nccl_models import P2P_OPS, CollectiveEstimate, CommLayout, busbw_factor, parse_override, predict
-from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo
-from flowsim.nccl_models.execution import NET_BW_EFFICIENCY, bw_efficiency, execution_layout
-from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, PLANNED_ALGOS, SWITCH, Plan, build_plan
-from flowsim.nccl_models.tuning import cost_model
-from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
-from flowsim.nccl_models.estimate import COLL_OF_OP
+from flowsim.nccl_models import (
+    DEFAULT_MAX_TRANSFERS, DEFAULT_NCCL_VERSION, NET_BW_EFFICIENCY, P2P_OPS, SWITCH, CollectiveEstimate, CommLayout,
+    Plan, busbw_factor, plan_collective,
+)
 from flowsim.network.netsim import simulate
 from flowsim.network.routing import route
 from flowsim.network.topology import _TIER_NAMES, LinkKind, Topology, build_topology
-from flowsim.validation.nccl_tests import NcclComparison, summarize
 
-__all__ = ["FlowCollectiveResult", "run_collective", "run_concurrent", "strided_groups", "cached_topology",
-           "flow_comparison"]
+__all__ = ["FlowCollectiveResult", "run_collective", "run_concurrent", "strided_groups", "cached_topology"]
 
 
 @dataclass(frozen=True)
@@ -173,32 +167,6 @@ def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray, nccl_versi
     return layouts.pop()
 
 
-def _algo_override(op: str, algo: str | None) -> str | None:
-    """NCCL_ALGO string allowing only the algorithms with a plan (and the user's override): CollNet is left out
-    (NCCL's cost model, :mod:`flowsim.nccl_models.tuning`, already rules out NVLS across nodes, which needs it)."""
-    if op in P2P_OPS:
-        return algo
-    allowed = parse_override(algo, op, "algo") if algo else frozenset(Algo)
-    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS}
-    if not planned:
-        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:-1])} only (no CollNet)",
-                          algo)
-    return ",".join(sorted(ALGO_NAMES[a].lower() for a in planned))
-
-
-def _kernel_Bps(plan: Plan, layout: CommLayout, est_algbw_Bps: float) -> np.ndarray:
-    """Capacity of each rank's kernel link, wire bytes/s (module docstring)."""
-    if plan.algo == "P2P":  # the analytic time less its latency, which the plan's transfers carry
-        algbw = plan.size_bytes / (plan.size_bytes / est_algbw_Bps - plan.latency_s[0])
-    else:
-        a = next(k for k, v in ALGO_NAMES.items() if v == plan.algo)
-        p = next(k for k, v in PROTO_NAMES.items() if v == plan.proto)
-        eff = bw_efficiency(layout) / (NET_BW_EFFICIENCY if layout.n_nodes > 1 else 1.0)
-        algbw = cost_model(COLL_OF_OP[plan.op], layout).algbw_Bps[a, p] * eff
-    sent = plan.sent_bytes() * plan.wire_factor
-    return np.where(sent > 0, algbw * sent / plan.size_bytes, algbw)
-
-
 def _paths(topo: Topology, plan: Plan, groups: np.ndarray, kernel_base: int, pxn: bool):
     """CSR paths (kernel link + topology links) of every transfer of every group."""
     G, n = groups.shape
@@ -279,17 +247,14 @@ class _Prepared:
 def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray,
              algo, proto, pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION):
     """Plan and route one collective on every group; a :class:`FlowCollectiveResult` for single-rank groups."""
-    layout = _layout(cluster, gpu, groups, nccl_version)
-    est = predict(op, size_bytes, layout, algo=_algo_override(op, algo), proto=proto)
-    if layout.n_ranks == 1:
+    est, plan = plan_collective(op, size_bytes, _layout(cluster, gpu, groups, nccl_version), algo=algo, proto=proto,
+                                max_transfers=max_transfers)
+    if plan is None:
         return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
                                     (0.0,) * groups.shape[0], 0, ())
-    # the release chose (algo, proto); it runs at the newest release's speeds, as the analytic model prices it
-    run = execution_layout(layout)
-    plan = build_plan(op, est.size_bytes, run, est.algo, est.proto, max_transfers=max_transfers)
     ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
     ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
-    return _Prepared(est, plan, groups, ptr, links, np.tile(_kernel_Bps(plan, run, est.algbw_Bps), groups.shape[0]))
+    return _Prepared(est, plan, groups, ptr, links, np.tile(plan.kernel_Bps, groups.shape[0]))
 
 
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
@@ -412,7 +377,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
         AllToAll / Send/Recv leave the host through the NIC on the destination's rail (NCCL PXN). Rings and
         trees always do (module docstring).
     max_transfers : int, optional
-        Per group; see :func:`flowsim.nccl_models.plans.build_plan`.
+        Per group; see :func:`flowsim.nccl_models.build_plan`.
     nccl_version : str, optional
         NCCL release whose algorithm/protocol choice is modelled (docs/NCCL.md, NCCL releases).
 
@@ -489,41 +454,3 @@ def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=N
         for k, i in enumerate(sim):
             out[i] = _result(topo, preps[i], res.finish_s[base[k]:base[k + 1]], start[k], utilization)
     return tuple(out)
-
-
-def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSpec, *, algo: str | None = None,
-                    proto: str | None = None, nccl_version: str = DEFAULT_NCCL_VERSION) -> NcclComparison:
-    """Redo an nccl-tests comparison with the flow engine, on all GPUs of ``cluster`` as one communicator.
-
-    Parameters
-    ----------
-    analytic : NcclComparison
-        :func:`flowsim.validation.nccl_tests.compare_nccl_tests` of the log (its rows, sections and skipped
-        lines are kept; the predictions are replaced).
-    cluster : ClusterConfig
-        The measured system; every GPU is a rank.
-    gpu : GPUSpec
-        Its GPU.
-    algo, proto : str, optional
-        NCCL_ALGO / NCCL_PROTO overrides of the run (ignored for AllToAll and Send/Recv, as in the analytic
-        comparison).
-    nccl_version : str, optional
-        NCCL release whose choice is modelled (the log's, as in the analytic comparison).
-
-    Returns
-    -------
-    NcclComparison
-        Same rows with ``predicted_time_s``, ``predicted_busbw_Bps``, ``busbw_error``, ``algo``, ``proto``
-        from :func:`run_collective`.
-    """
-    rows = analytic.rows.copy()
-    ranks = list(range(cluster.num_gpus))
-    results = [run_collective(cluster, gpu, op, size, ranks, algo=None if op in P2P_OPS else algo,
-                              proto=None if op in P2P_OPS else proto, nccl_version=nccl_version)
-               for op, size in zip(rows["op"], rows["size_bytes"])]
-    rows["predicted_time_s"] = [r.time_s for r in results]
-    rows["predicted_busbw_Bps"] = [r.busbw_Bps for r in results]
-    rows["busbw_error"] = rows["measured_time_s"] / rows["predicted_time_s"] - 1.0
-    rows["algo"] = [r.algo for r in results]
-    rows["proto"] = [r.proto for r in results]
-    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), analytic.skipped)
