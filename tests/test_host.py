@@ -1,0 +1,83 @@
+"""The host-side timeline (flowsim.step.host): known answers and the closed form of repeated blocks."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from flowsim.step.host import block_terms, graphed_host_s, host_exposed_s, issue_timeline, \
+    repeated_block_end_s, steady_run_s
+
+US = 1e-6
+
+
+def test_short_kernels_run_at_the_cpus_pace():
+    # 100 kernels of 2 us, each issued in 10 us: the GPU waits for every one
+    h, g = np.full(100, 10 * US), np.full(100, 2 * US)
+    run = issue_timeline(h, g)
+    assert run.gpu_end_s[-1] == pytest.approx(h.sum() + g[-1])  # sum of host costs + the tail
+    assert run.gpu_idle_s == pytest.approx(99 * 8 * US)
+
+
+def test_long_kernels_are_unchanged():
+    h, g = np.full(50, 10 * US), np.full(50, 300 * US)
+    run = issue_timeline(h, g)
+    assert run.gpu_end_s[-1] == pytest.approx(h[0] + g.sum())  # only the first issue is not hidden
+    assert run.gpu_idle_s == 0.0
+    assert np.allclose(np.diff(run.gpu_end_s), 300 * US)
+
+
+def test_cpu_never_runs_ahead_past_a_sync_point():
+    h, g = np.full(6, 5 * US), np.array([100, 100, 100, 1, 1, 1]) * US
+    sync = np.array([False, False, True, False, False, False])
+    run = issue_timeline(h, g, sync)
+    # after op 2 the CPU waits for the GPU (310 us), then issues op 3 in 5 us: GPU idle 5 us per short op
+    assert run.gpu_end_s[2] == pytest.approx(305 * US)
+    assert run.gpu_end_s[3] == pytest.approx(305 * US + 5 * US + 1 * US)
+    assert run.gpu_end_s[-1] == pytest.approx(305 * US + 3 * 5 * US + 1 * US)
+    free = issue_timeline(h, g)  # without the sync the short ops were issued long before
+    assert free.gpu_end_s[-1] == pytest.approx(305 * US + 3 * US)
+    for i in range(3, 6):  # no op after the sync starts before the CPU issued it after the sync
+        assert run.gpu_end_s[i] - g[i] >= run.gpu_end_s[2] + (i - 2) * h[i] - 1e-15
+
+
+def test_cuda_graphs_collapse_host_time_to_the_launches():
+    n_layers, per_layer = 4, 25
+    h = np.full(n_layers * per_layer, 10 * US)
+    g = np.full(h.size, 1 * US)
+    gid = np.repeat(np.arange(n_layers), per_layer)  # one graph per layer
+    hg = graphed_host_s(h, gid, launch_s=15 * US, per_node_s=0.5 * US)
+    assert hg.sum() == pytest.approx(n_layers * (15 * US + per_layer * 0.5 * US))
+    assert issue_timeline(hg, g).gpu_end_s[-1] < issue_timeline(h, g).gpu_end_s[-1] / 5
+    full = graphed_host_s(h, np.zeros(h.size, dtype=int), 15 * US, 0.0)  # one full-iteration graph
+    assert full.sum() == pytest.approx(15 * US)
+    part = graphed_host_s(h, np.where(np.arange(h.size) < 50, 0, -1), 15 * US, 0.0)  # eager after the graph
+    assert part[50:].sum() == pytest.approx(50 * 10 * US)
+
+
+def _loop_end(h, g, n, c0=0.0, g0=0.0):
+    return issue_timeline(np.tile(h, n), np.tile(g, n), None, c0, g0).gpu_end_s[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 50), st.floats(0, 50)), min_size=1, max_size=12),
+       st.integers(1, 9), st.floats(0, 100), st.floats(0, 100))
+def test_repeated_block_closed_form_matches_the_op_by_op_run(ops, n, c0, g0):
+    h = np.array([o[0] for o in ops]) * US
+    g = np.array([o[1] for o in ops]) * US
+    terms = block_terms(h, g, [0, h.size])
+    end = repeated_block_end_s(terms, n, c0 * US, g0 * US)[0]
+    assert end == pytest.approx(_loop_end(h, g, n, c0 * US, g0 * US), rel=1e-9, abs=1e-15)
+    # the host model never makes a block faster than its kernels
+    assert host_exposed_s(terms, n)[0] >= -1e-15
+
+
+def test_block_terms_over_several_blocks():
+    h = np.array([1, 1, 5, 5, 5]) * US
+    g = np.array([4, 4, 1, 1, 1]) * US
+    t = block_terms(h, g, [0, 2, 5])
+    assert t.host_s == pytest.approx([2 * US, 15 * US])
+    assert t.gpu_s == pytest.approx([8 * US, 3 * US])
+    assert t.span_s == pytest.approx([9 * US, 16 * US])
+    assert steady_run_s(t) == pytest.approx([8 * US, 15 * US])
+    assert repeated_block_end_s(t, [0, 3]) == pytest.approx([0.0, 16 * US + 2 * 15 * US])
+    with pytest.raises(ValueError, match="offsets"):
+        block_terms(h, g, [0, 2, 4])
