@@ -81,3 +81,39 @@ def test_block_terms_over_several_blocks():
     assert repeated_block_end_s(t, [0, 3]) == pytest.approx([0.0, 16 * US + 2 * 15 * US])
     with pytest.raises(ValueError, match="offsets"):
         block_terms(h, g, [0, 2, 4])
+
+
+def test_host_cost_table_has_every_mode_and_cpu_with_a_source():
+    from flowsim.model.host_costs import CPU_FAMILIES, HOST_MODES, host_costs, sources
+
+    assert all(r["source"] and r["value_us"] > 0 for r in sources())
+    for mode in HOST_MODES[1:]:
+        for cpu in CPU_FAMILIES:
+            c = host_costs(mode, cpu)
+            assert all(x > 0 for x in c)
+    # Grace costs 2.5-3x an x86 host per op (host-overhead.md sec. 5)
+    assert 2.4 < host_costs("eager", "arm").kernel_fwd_s / host_costs("eager", "intel").kernel_fwd_s < 3.0
+
+
+def test_bad_host_mode_names_the_key():
+    from flowsim.errors import ConfigError
+    from flowsim.model.host_costs import host_costs
+
+    with pytest.raises(ConfigError, match="host_overhead: must be one of none, eager"):
+        host_costs("fast", "intel")
+
+
+def test_op_host_costs_and_graph_scopes():
+    from flowsim.model.host_costs import host_costs, op_host_s
+
+    c = host_costs("te", "intel")
+    name = ["qkv", "attn_scores", "softmax", "qkv.dgrad", "softmax.bwd"]
+    kind = ["gemm", "gemm", "memory", "gemm", "memory"]
+    phase = ["fwd", "fwd", "fwd", "bwd", "bwd"]
+    count = [1, 1, 2, 1, 1]
+    h = op_host_s(name, kind, phase, count, c)
+    assert h == pytest.approx([c.linear_fwd_s, c.kernel_fwd_s, 2 * c.kernel_fwd_s, c.kernel_bwd_s, c.kernel_bwd_s])
+    layer = op_host_s(name, kind, phase, count, c, "layer")  # one forward and one backward replay
+    assert layer.sum() == pytest.approx(2 * c.graph_launch_s + 6 * c.graph_node_s)
+    full = op_host_s(name, kind, phase, count, c, "full_iteration")
+    assert full.sum() == pytest.approx(6 * c.graph_node_s)

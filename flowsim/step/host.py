@@ -25,7 +25,7 @@ CUDA graphs replace the per-op host costs of the ops they capture by one launch 
 cost per node (:func:`graphed_host_s`); torch.compile reduces the op count to its fused kernels (the workload's
 ``fused`` kernel set) at the compiled launcher's cost per kernel (:mod:`flowsim.model.host_costs`).
 
-All loops are ``numba.njit(cache=True)`` over flat float64 arrays; blocks are segments of one flat array
+The recurrences are ``numba.njit(cache=True)`` loops over flat float64 arrays; blocks are segments of one flat array
 (``offsets`` int64[n_blocks + 1], as CSR) so one call prices every block of a configuration.
 """
 from __future__ import annotations
@@ -175,33 +175,22 @@ def host_exposed_s(terms: BlockHost, runs) -> np.ndarray:
     return repeated_block_end_s(terms, n) - n * terms.gpu_s
 
 
-@njit(cache=True)
-def _graphed(host_s, graph_id, launch_s, per_node_s, out):
-    prev = -1
-    for i in range(host_s.size):
-        gid = graph_id[i]
-        if gid < 0:
-            out[i] = host_s[i]
-            prev = -1
-            continue
-        out[i] = per_node_s
-        if gid != prev:
-            out[i] += launch_s
-        prev = gid
-
-
-def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float) -> np.ndarray:
+def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float, count=None) -> np.ndarray:
     """Host seconds per op once CUDA graphs capture some of them.
 
-    ``graph_id`` (int, per op): ``-1`` for an op issued eagerly, else the replay it belongs to; each run of
-    consecutive ops with one id is one ``cudaGraphLaunch``: its first op carries ``launch_s``, every captured op
-    (graph node) ``per_node_s``. A per-layer graph numbers each layer's ops alike; a full-iteration graph puts
-    every op of the step under one id.
+    ``graph_id`` (int, per op): ``-1`` for an op issued eagerly (it keeps its ``host_s``), else the graph
+    replay it belongs to. The ops of one id are one ``cudaGraphLaunch``: the first of them carries
+    ``launch_s``, and every captured kernel (graph node) ``per_node_s``, times ``count`` (kernels per row, 1 by
+    default). A per-layer graph gives each layer (or each pass of it) an id of its own; a full-iteration graph
+    puts every op of the step under one id.
     """
     h = np.ascontiguousarray(host_s, dtype=np.float64)
     gid = np.ascontiguousarray(graph_id, dtype=np.int64)
-    if gid.shape != h.shape:
-        raise ValueError(f"graph_id must have the ops' length {h.size} (got {gid.shape})")
-    out = np.empty_like(h)
-    _graphed(h, gid, float(launch_s), float(per_node_s), out)
-    return out
+    n = np.ones(h.size) if count is None else np.asarray(count, dtype=np.float64)
+    if gid.shape != h.shape or n.shape != h.shape:
+        raise ValueError(f"graph_id and count must have the ops' length {h.size} (got {gid.shape}, {n.shape})")
+    first = np.zeros(h.size, dtype=bool)
+    captured = np.flatnonzero(gid >= 0)
+    _, idx = np.unique(gid[captured], return_index=True)
+    first[captured[idx]] = True
+    return np.where(gid >= 0, per_node_s * n + np.where(first, launch_s, 0.0), h)

@@ -1,0 +1,101 @@
+"""CPU seconds a framework spends issuing each kernel, per framework mode and host CPU family.
+
+The figures live in ``flowsim/model/data/host_costs.csv`` (one row per mode, CPU family and parameter, each
+with its source; ../shared/research/host-overhead.md collects them). They are unprofiled costs: Kineto traces
+inflate CPU-side spans 2-5x (host-overhead.md sec. 5), so the traces' figures (``flowsim validate-trace
+--host``, docs/MODEL.md) bound them from above rather than set them.
+
+Modes (``TrainingConfig.host_overhead``):
+
+* ``eager``: plain PyTorch modules under autograd (torchtitan without torch.compile, FSDP scripts);
+* ``megatron``: Megatron-LM's local modules with Apex fused kernels (same issue path, fewer kernels);
+* ``te``: Transformer Engine modules (their linear layers cost several times a torch Linear on the CPU);
+* ``compiled``: torch.compile (Inductor's launcher per fused kernel);
+* CUDA graphs (``TrainingConfig.cuda_graphs``) replace the per-kernel costs of what they capture by the
+  ``graphed`` rows: one launch per replay plus a cost per node.
+
+Parameters: ``kernel_fwd_us`` (one forward kernel: Python module, dispatcher, launch), ``kernel_bwd_us`` (one
+backward kernel, issued by autograd's C++ engine), ``linear_fwd_us`` (one linear layer's forward call, all its
+kernels), ``graph_launch_us`` and ``graph_node_us``.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+from importlib import resources
+from typing import NamedTuple
+
+import numpy as np
+
+from flowsim.errors import ConfigError
+from flowsim.step.host import graphed_host_s
+from flowsim.units import US
+
+HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
+"""Values of ``TrainingConfig.host_overhead`` (``none``: no host model, the GPU never waits)."""
+CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
+"""Values of ``TrainingConfig.cuda_graphs``: per-layer graphs (TE ``make_graphed_callables``, one forward and
+one backward graph per layer and micro-batch) or one graph for the whole iteration (Megatron-core
+``FullCudaGraphWrapper``)."""
+CPU_FAMILIES = ("intel", "amd", "arm")
+
+
+class HostCosts(NamedTuple):
+    """Per-kernel CPU costs of one mode on one CPU family, seconds."""
+
+    kernel_fwd_s: float
+    kernel_bwd_s: float
+    linear_fwd_s: float
+    graph_launch_s: float
+    graph_node_s: float
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> dict:
+    """``{(mode, cpu, parameter): (value_us, source)}`` from the data file."""
+    text = resources.files("flowsim.model").joinpath("data/host_costs.csv").read_text(encoding="utf-8")
+    return {(r["mode"], r["cpu"], r["parameter"]): (float(r["value_us"]), r["source"])
+            for r in csv.DictReader(text.splitlines())}
+
+
+def host_costs(mode: str, cpu: str) -> HostCosts:
+    """The costs of ``mode`` (one of :data:`HOST_MODES` but ``none``) on a ``cpu`` host (intel, amd, arm)."""
+    if mode not in HOST_MODES[1:]:
+        raise ConfigError("host_overhead", f"must be one of {', '.join(HOST_MODES)}", mode)
+    if cpu not in CPU_FAMILIES:
+        raise ConfigError("cpu", f"must be one of {', '.join(CPU_FAMILIES)}", cpu)
+    t = _table()
+    return HostCosts(*(t[(mode, cpu, p)][0] * US for p in ("kernel_fwd_us", "kernel_bwd_us", "linear_fwd_us")),
+                     *(t[("graphed", cpu, p)][0] * US for p in ("graph_launch_us", "graph_node_us")))
+
+
+def sources() -> list[dict]:
+    """Every figure of the data file with its source (for docs and ``--explain`` style listings)."""
+    return [{"mode": m, "cpu": c, "parameter": p, "value_us": v, "source": s}
+            for (m, c, p), (v, s) in _table().items()]
+
+
+def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "none") -> np.ndarray:
+    """CPU seconds to issue each row of a block's op table (all ``count`` instances of the row).
+
+    ``name``, ``kind``, ``phase`` and ``count`` are the op table's columns (:mod:`flowsim.model.ops`): a
+    forward or recompute GEMM of a linear layer costs ``linear_fwd_s``, other forward kernels
+    ``kernel_fwd_s``, backward kernels ``kernel_bwd_s``. Under ``cuda_graphs`` ``layer`` each phase of the
+    block (its forward, backward, recompute) is one graph replay: a launch plus ``graph_node_s`` per kernel;
+    under ``full_iteration`` the one launch per step is left out and each kernel costs ``graph_node_s``.
+    """
+    if cuda_graphs not in CUDA_GRAPH_SCOPES:
+        raise ConfigError("cuda_graphs", f"must be one of {', '.join(CUDA_GRAPH_SCOPES)}", cuda_graphs)
+    phase = np.asarray(phase)
+    kind = np.asarray(kind)
+    n = np.asarray(count, dtype=np.float64)
+    linear = (kind == "gemm") & np.array([not str(x).startswith("attn") for x in name], dtype=bool)
+    fwd = phase != "bwd"
+    per = np.where(fwd, np.where(linear, costs.linear_fwd_s, costs.kernel_fwd_s), costs.kernel_bwd_s)
+    if cuda_graphs == "none":
+        return per * n
+    # per layer: each pass of the block (forward, backward, recompute) is one replay; full iteration: the
+    # step's one launch is negligible beside its kernels and is left out
+    gid = np.unique(phase, return_inverse=True)[1] if cuda_graphs == "layer" else np.zeros(phase.size, np.int64)
+    launch = costs.graph_launch_s if cuda_graphs == "layer" else 0.0
+    return graphed_host_s(per * n, gid, launch, costs.graph_node_s, n)
