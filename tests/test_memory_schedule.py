@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from flowsim.config import build_config
-from flowsim.model.device_memory import in_flight_microbatches, layer_activation_bytes, stage_memory
+from flowsim.step.memory import in_flight_microbatches, layer_activation_bytes, stage_memory
 from flowsim.step.schedule import simulate_pipeline
 from flowsim.model.workload import build_workload
 

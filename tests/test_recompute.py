@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.model.device_memory import layer_activation_bytes
+from flowsim.step.memory import layer_activation_bytes
 from flowsim.model.recompute import op_sac_projections, recompute_layer_counts
 from flowsim.model.workload import build_workload
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 import flowsim
 from flowsim.cli import main
 from flowsim.errors import ConfigError
-from flowsim.model.device_memory import in_flight_microbatches
+from flowsim.step.memory import in_flight_microbatches
 from flowsim.step.schedule import BWD, FWD, WGRAD, held_microbatches, simulate_pipeline
 from flowsim.model.workload import build_workload, chunk_layer_counts
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from flowsim.config.cluster import ClusterConfig
+from flowsim.config.layout import check_layout, chunks_per_stage
 from flowsim.config.model import ModelConfig
 from flowsim.config.training import TrainingConfig
 from flowsim.errors import ConfigError
-from flowsim.step.schedule import check_layout, chunks_per_stage
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,12 @@ class SimConfig:
         """Micro-batches per pipeline per optimizer step (gradient-accumulation steps)."""
         t = self.training
         return t.global_batch_size // (t.micro_batch_size * t.dp)
+
+    @property
+    def microbatch_tokens(self) -> int:
+        """Tokens of one micro-batch on one GPU: ``micro_batch_size * seq_length / cp`` (context parallelism
+        splits each sequence over ``cp`` GPUs; tensor and sequence parallelism do not divide it)."""
+        return self.training.micro_batch_size * self.seq_length // self.training.cp
 
     @property
     def tokens_per_step(self) -> int:

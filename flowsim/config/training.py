@@ -3,11 +3,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flowsim.config.layout import PIPELINE_SCHEDULES
 from flowsim.errors import ConfigError, check_ints
 
 RECOMPUTE = ("none", "selective", "full")
+MEGATRON_MODULES = {
+    "core_attn": "the attention kernel (FlashAttention forward, or scores/softmax/context without it) and its "
+                 "context-parallel exchange",
+    "layernorm": "the two norms (their outputs are dropped after the next GEMM reads them)",
+    "mlp": "the dense MLP: fc1, activation, fc2 and their tensor-parallel collectives",
+    "moe_act": "the routed experts' activation function",
+    "moe": "the whole MoE MLP: router, permutation, token all-to-alls, experts, shared experts",
+    "shared_experts": "the shared experts of an MoE layer",
+}
+"""Megatron-core ``recompute_modules`` names flowsim models, and what each re-runs (:mod:`flowsim.model.recompute`)."""
 PRECISIONS = ("bf16", "fp16", "fp8")
-SCHEDULES = ("auto", "gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
+SCHEDULES = ("auto",) + PIPELINE_SCHEDULES
 LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather")
 COMM_ENGINES = ("analytic", "flow")
@@ -194,8 +205,6 @@ class TrainingConfig:
         return self.overlap_moe_expert_parallel_comm and self.schedule == "1f1b"
 
     def _validate_recompute(self) -> None:
-        from flowsim.model.recompute import MEGATRON_MODULES
-
         for name in self.recompute_modules:
             if name not in MEGATRON_MODULES:
                 raise ConfigError("recompute_modules", f"unknown module; known: {', '.join(MEGATRON_MODULES)}", name)

@@ -1,7 +1,7 @@
 """One evaluated design point: the config's identity (a hash), its layout and the figures a study ranks by.
 
 :func:`evaluate` is the unit of work that the local process pool and Dask workers run: it checks memory
-first (cheap: the workload tables and :func:`flowsim.model.device_memory.stage_memory`, no timing) and only simulates
+first (cheap: the workload tables and :func:`flowsim.step.memory.stage_memory`, no timing) and only simulates
 configs that fit. It calls nothing but the public :func:`flowsim.simulate` to time a step, so a later
 engine (flow-level network simulation) plugs in unchanged.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from flowsim._version import __version__
 from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
-from flowsim.model.device_memory import stage_memory
+from flowsim.step.memory import stage_memory
 from flowsim.step.simulate import simulate
 from flowsim.explore.space import Layout
 from flowsim.model.workload import build_workload

@@ -7,8 +7,9 @@ each as the framework that names it implements it:
 * ``full`` (Megatron-LM ``--recompute-granularity full``): the whole forward of the layer, its tensor-parallel
   collectives included, on ``recompute_num_layers`` layers per chunk (Megatron's ``block`` method; 0 = all).
 * ``modules`` (Megatron-LM ``--recompute-granularity selective --recompute-modules ...``, megatron-core
-  ``TransformerConfig.recompute_modules``): the listed submodules of every layer (:data:`MEGATRON_MODULES`;
-  ``core_attn``, the default, re-runs the attention kernel, Korthikanti et al. 2022 sec. 5).
+  ``TransformerConfig.recompute_modules``): the listed submodules of every layer
+  (:data:`flowsim.config.training.MEGATRON_MODULES`; ``core_attn``, the default, re-runs the attention kernel,
+  Korthikanti et al. 2022 sec. 5).
 * ``op`` (torchtitan ``activation_checkpoint.selective_ac_option = "op"``, the llama3 8B recipe): every layer
   re-runs each op of its forward except those in torchtitan's ``_save_list``, whose outputs are kept: the
   attention kernel and ``aten.mm``, except that every second ``mm`` of a block is recomputed (the block's
@@ -21,17 +22,6 @@ each as the framework that names it implements it:
 from __future__ import annotations
 
 import numpy as np
-
-MEGATRON_MODULES = {
-    "core_attn": "the attention kernel (FlashAttention forward, or scores/softmax/context without it) and its "
-                 "context-parallel exchange",
-    "layernorm": "the two norms (their outputs are dropped after the next GEMM reads them)",
-    "mlp": "the dense MLP: fc1, activation, fc2 and their tensor-parallel collectives",
-    "moe_act": "the routed experts' activation function",
-    "moe": "the whole MoE MLP: router, permutation, token all-to-alls, experts, shared experts",
-    "shared_experts": "the shared experts of an MoE layer",
-}
-"""Megatron-core ``recompute_modules`` names flowsim models, and what each re-runs."""
 
 POLICIES = ("none", "full", "modules", "op", "every_n")
 
@@ -50,9 +40,10 @@ def policy(t) -> str:
 
 
 def recomputes(t, module: str) -> bool:
-    """Whether the layer re-runs Megatron-core submodule ``module`` (a key of :data:`MEGATRON_MODULES`) in
-    backward: always under ``full`` and ``every_n`` (on the layers they recompute), when listed under
-    ``modules``, never under ``op`` (which works op by op, :func:`op_sac_projections`)."""
+    """Whether the layer re-runs Megatron-core submodule ``module`` (a key of
+    :data:`flowsim.config.training.MEGATRON_MODULES`) in backward: always under ``full`` and ``every_n`` (on the
+    layers they recompute), when listed under ``modules``, never under ``op`` (which works op by op,
+    :func:`op_sac_projections`)."""
     p = policy(t)
     if p in ("full", "every_n"):
         return True

@@ -27,10 +27,10 @@ import numpy as np
 
 from flowsim.model import recompute
 from flowsim.config import SimConfig
+from flowsim.config.layout import end_chunks
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
 from flowsim.model.ops import OpSet, attention, comm, elementwise, finish, gemm, linear, memory, unfused_attention
-from flowsim.step.schedule import end_chunks
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -106,7 +106,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     tp, cp, sp = t.tp, t.cp, t.sequence_parallel
     b, s = t.micro_batch_size, cfg.seq_length
     s_local = s // cp
-    tokens = b * s_local                     # tokens entering this GPU's layer per micro-batch
+    tokens = cfg.microbatch_tokens           # tokens entering this GPU's layer per micro-batch
     tok_sp = tokens // tp if sp else tokens  # tokens for norms/dropout/residual
     h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
     heads, groups = m.num_attention_heads // tp, max(m.num_query_groups // tp, 1)
@@ -250,7 +250,7 @@ def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
 def build_embedding(cfg: SimConfig) -> OpSet:
     """Word (and learned position) embedding lookup on the first stage, one micro-batch."""
     m, t = cfg.model, cfg.training
-    tokens = t.micro_batch_size * cfg.seq_length // t.cp
+    tokens = cfg.microbatch_tokens
     tok_sp = tokens // t.tp if t.sequence_parallel else tokens
     h = m.hidden_size
     rows = [memory("embedding", tokens * h * ACT_BYTES * (2 if m.position_embedding == "learned" else 1), "fwd"),
@@ -276,7 +276,7 @@ def padded_vocab(cfg: SimConfig) -> int:
 def build_head(cfg: SimConfig) -> OpSet:
     """Final norm, LM head GEMMs and vocab-parallel cross-entropy on the last stage, one micro-batch."""
     m, t = cfg.model, cfg.training
-    tokens = t.micro_batch_size * cfg.seq_length // t.cp
+    tokens = cfg.microbatch_tokens
     tok_sp = tokens // t.tp if t.sequence_parallel else tokens
     h = m.hidden_size
     v_local = padded_vocab(cfg) // t.tp
@@ -382,7 +382,7 @@ def build_workload(cfg: SimConfig) -> Workload:
     rec = recompute.recompute_layer_counts(t, layers)
     # recomputed layers split between the kinds in proportion (layers of a chunk are recomputed in order)
     rec_moe = np.where(layers > 0, np.rint(rec * moe / np.maximum(layers, 1)), 0).astype(np.int64)
-    tokens = t.micro_batch_size * cfg.seq_length // t.cp
+    tokens = cfg.microbatch_tokens
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
     is_moe = cfg.model.is_moe
     return Workload(

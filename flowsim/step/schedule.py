@@ -71,6 +71,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from flowsim.config.layout import check_layout
+# end_chunks, microbatches_per_chunk: step/simulate.py still imports them from here (the lead moves that import)
+from flowsim.config.layout import end_chunks, microbatches_per_chunk  # noqa: F401
 from flowsim.errors import ConfigError
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = 0, 1, 2, 3, 4
@@ -112,28 +115,6 @@ class PipelineTimeline:
     order: np.ndarray
     send_to: np.ndarray
     send_s: np.ndarray
-
-
-def chunks_per_stage(schedule: str, vpp: int) -> int:
-    """Model chunks each pipeline stage holds: 2 for DualPipe (one per direction), else ``vpp``."""
-    return 2 if schedule == "dualpipe" else vpp
-
-
-def microbatches_per_chunk(schedule: str, m: int, v: int) -> np.ndarray:
-    """int64[v]: micro-batches that pass through each model chunk of a stage in one step.
-
-    DualPipe sends half of the ``m`` micro-batches each way, each through one chunk; the other schedules
-    send every micro-batch through every chunk.
-    """
-    return np.full(v, m // 2 if schedule == "dualpipe" else m, dtype=np.int64)
-
-
-def end_chunks(schedule: str, p: int, v: int) -> tuple[tuple, tuple]:
-    """((stage, chunk) of each path's first virtual stage, ... of each path's last): where the embedding
-    and the LM head / loss run. DualPipe's two paths start at opposite ends."""
-    if schedule == "dualpipe":
-        return ((0, 0), (p - 1, 1)), ((p - 1, 0), (0, 1))
-    return ((0, 0),), ((p - 1, v - 1),)
 
 
 def path_links(kind: int, p: int, v: int) -> tuple[np.ndarray, np.ndarray]:
@@ -462,25 +443,6 @@ def _send_targets(order, up, down):
             if to != s:
                 dst[s, i] = to
     return dst
-
-
-def check_layout(schedule: str, p: int, v: int, m: int) -> None:
-    """Raise ConfigError when ``schedule`` cannot run ``m`` micro-batches on ``p`` stages of ``v`` chunks.
-
-    DualPipe needs an even ``p``, two chunks and an even ``m >= 2p`` (``DualPipe.step`` asserts
-    ``num_ranks % 2 == 0`` and ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``).
-    """
-    if schedule not in SCHEDULE_IDS:
-        raise ConfigError("pipeline_schedule", f"must be one of {', '.join(SCHEDULE_IDS)}", schedule)
-    if schedule == "dualpipe":
-        if p % 2 or v != 2:
-            raise ConfigError("pipeline_schedule", "dualpipe runs two chunks on an even number of stages",
-                              f"pp={p}, chunks={v}")
-        if m % 2 or m < 2 * p:
-            raise ConfigError("global_batch_size", "dualpipe needs an even number of micro-batches, at least "
-                              "2 * pipeline_model_parallel_size", f"{m} micro-batches, pp={p}")
-    elif schedule != "interleaved" and v != 1:
-        raise ConfigError("pipeline_schedule", f"{schedule} runs one model chunk per stage", f"vpp={v}")
 
 
 @dataclass(frozen=True)

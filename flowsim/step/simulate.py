@@ -4,7 +4,7 @@ One call builds the workload (:mod:`flowsim.model.workload`), prices every compu
 (:mod:`flowsim.kernels`) and every collective with NCCL's model for where its ranks sit
 (:mod:`flowsim.nccl_models` via :mod:`flowsim.network.comm_layout`), runs the pipeline schedule
 (:mod:`flowsim.step.schedule`), overlaps the data-parallel traffic with the backward pass, adds the optimizer
-step, and accounts memory (:mod:`flowsim.model.device_memory`).
+step, and accounts memory (:mod:`flowsim.step.memory`).
 
 Ranks are numbered as Megatron-LM orders its groups (``tp`` fastest, then ``cp``, ``dp``, ``pp``), so a
 tensor-parallel group occupies consecutive GPUs, a data-parallel group strides by ``tp * cp`` and the
@@ -26,7 +26,7 @@ from flowsim.config import SimConfig, build_config
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import KERNEL_MIN_TIME_S, op_times
 from flowsim.kernels.memory import memory_reference, stream_efficiency
-from flowsim.model.device_memory import stage_memory
+from flowsim.step.memory import stage_memory
 from flowsim.nccl_models import predict
 from flowsim.step.result import CollectiveChoice, Result, StageBreakdown
 from flowsim.step.flows import FLOW_GROUPS, cross_kind_extra_s, flow_time_s, layer_cross_kind_extra_s

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowsim.model import recompute
 from flowsim.config import SimConfig
-from flowsim.step.schedule import chunks_per_stage, end_chunks, held_microbatches
-from flowsim.model.workload import ACT_BYTES, FP32_BYTES, Workload, padded_vocab
+from flowsim.config.layout import chunks_per_stage, end_chunks, group_spans
+from flowsim.model import recompute
+from flowsim.model.fusion import ACT_BYTES, FP32_BYTES
+from flowsim.model.moe import expert_tokens
+from flowsim.model.workload import Workload, padded_vocab
+from flowsim.step.schedule import held_microbatches
 
 WEIGHT_BYTES = 2       # 16-bit model weights
 GRAD_BYTES = 4         # fp32 gradient accumulation buffer (Megatron-LM main_grad)
@@ -50,8 +53,8 @@ def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str,
     m, t = cfg.model, cfg.training
     tp = t.tp
     s = cfg.seq_length // t.cp
-    sbh = s * t.micro_batch_size * m.hidden_size
-    sb = s * t.micro_batch_size
+    sb = cfg.microbatch_tokens
+    sbh = sb * m.hidden_size
     spf = tp if t.sequence_parallel else 1       # norms, dropout masks and residual-path tensors
     d, a, g, f = m.kv_channels, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
     drop = 1 if m.hidden_dropout > 0 else 0
@@ -63,8 +66,6 @@ def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str,
         (2 * drop * sbh / spf, ()),                           # two 1-byte dropout masks
     ]
     if moe:
-        from flowsim.model.moe import expert_tokens
-
         _, per_expert = expert_tokens(cfg, sb)
         routed = per_expert * m.num_moe_experts / t.ep  # tokens through this GPU's experts
         etp, fe = t.expert_tensor_parallel_size, m.moe_ffn_hidden_size
@@ -116,7 +117,7 @@ def _op_sac_bytes(cfg: SimConfig) -> float:
     the policy saves (:func:`flowsim.model.recompute.op_sac_projections`) and the attention output."""
     m, t = cfg.model, cfg.training
     tp = t.tp
-    sb = cfg.seq_length // t.cp * t.micro_batch_size
+    sb = cfg.microbatch_tokens
     spf = tp if t.sequence_parallel else 1
     d, a, g, f = m.kv_channels, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
     width = {"q": a * d / tp, "k": g * d / tp, "v": g * d / tp, "o": m.hidden_size,
@@ -144,7 +145,7 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     m, t = cfg.model, cfg.training
     params, experts = wl.stage_params[stage], wl.stage_expert_params[stage]
     dp = t.dp_shard  # dense state is sharded over the data- and context-parallel ranks (or a shard group)
-    edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)  # expert state over expert-DP ranks
+    edp = group_spans(t)["edp"][0]  # expert state is sharded over the expert-data-parallel ranks
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
 
     def state(per_param, stage_from):
@@ -170,13 +171,11 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     if recompute.policy(t) == "op":
         act = mb * layers * per_layer + layer_activation_bytes(cfg, recomputed=False)  # one layer rebuilt at a time
     elif rec:
-        s = cfg.seq_length // t.cp
-        layer_input = ACT_BYTES * s * t.micro_batch_size * m.hidden_size / (t.tp if t.sequence_parallel else 1)
+        layer_input = ACT_BYTES * cfg.microbatch_tokens * m.hidden_size / (t.tp if t.sequence_parallel else 1)
         stored = rec * layer_input + (layers - rec) * per_layer
         act = mb * stored + per_layer  # one layer's activations are rebuilt at a time in backward
     else:
         act = mb * layers * per_layer
     if any(s == stage for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]):
-        tokens = t.micro_batch_size * cfg.seq_length // t.cp
-        act += tokens * padded_vocab(cfg) / t.tp * (ACT_BYTES + FP32_BYTES)  # logits and fp32 softmax
+        act += cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * (ACT_BYTES + FP32_BYTES)  # logits and fp32 softmax
     return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act)
