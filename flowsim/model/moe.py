@@ -8,6 +8,14 @@ the backward pass mirrors. Routing is taken as balanced (every expert receives `
 rank's tokens); a capacity factor caps these counts, and padding to capacity fixes them
 (:func:`expert_tokens`).
 
+Expert tensor parallelism (``etp`` > 1) splits each expert's width over ``etp`` GPUs. With the all-to-all
+dispatcher each GPU first exchanges its routed tokens inside the expert-parallel group, then all-gathers the
+received tokens over the expert tensor-parallel group (every ETP rank runs its slice of the expert on all of
+them) and reduce-scatters the partial outputs back before the return all-to-all (Megatron-LM
+``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_region`` / ``reduce_scatter_to_sequence_
+parallel_region`` on the expert tensor-parallel group). An expert thus sees ``ep * etp`` ranks' tokens at
+``1 / etp`` of its width: the expert FLOPs per GPU do not depend on ``etp``.
+
 Expert-parallel ranks follow Megatron-LM's expert rank generator (order ``tp-ep-dp-pp`` with the expert
 tensor-parallel size as ``tp``): an expert-parallel group is ``ep`` consecutive GPUs when
 ``expert_tensor_parallel_size`` is 1.
@@ -30,10 +38,11 @@ def _ep_tokens(cfg: SimConfig, tokens: int) -> int:
 
 
 def dispatch_group_size(cfg: SimConfig) -> int:
-    """Ranks whose tokens meet at one GPU's experts: the expert-parallel group for ``alltoall``, the
-    expert-tensor x expert-parallel group for ``allgather`` (Megatron-LM ``tp_ep_group``)."""
+    """Ranks whose tokens meet at one GPU's experts: the expert-tensor x expert-parallel group (Megatron-LM
+    ``tp_ep_group``), gathered at once by ``allgather``, by the all-to-all over ``ep`` and then the
+    all-gather over ``etp`` otherwise."""
     t = cfg.training
-    return t.ep * t.expert_tensor_parallel_size if t.moe_token_dispatcher_type == "allgather" else t.ep
+    return t.ep * t.expert_tensor_parallel_size
 
 
 def expert_tokens(cfg: SimConfig, tokens: int) -> tuple[float, int]:
@@ -105,10 +114,16 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
             size = group * tok * h * ACT_BYTES  # the gathered [tokens of the group, h] tensor
             comms.append(comm("tpep", "allgather", size, ph))      # dispatch (forward) / combine gradient
             comms.append(comm("tpep", "reducescatter", size, ph))  # combine (forward) / dispatch gradient
-        elif not gather and ep > 1:
+        elif not gather:
             a2a = routed * h * ACT_BYTES  # nccl-tests size: all bytes one rank sends (itself included)
-            comms.append(comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
-            comms.append(comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
+            if ep > 1:
+                comms.append(comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
+                comms.append(comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
+            if etp > 1:
+                # the received tokens gathered over ETP before the experts, their outputs reduce-scattered back
+                size = local * per_expert * h * ACT_BYTES  # the gathered [tokens of the ETP group, h] tensor
+                comms.append(comm("etp", "allgather", size, ph))
+                comms.append(comm("etp", "reducescatter", size, ph))
 
     def grouped(name, mm, nn, kk, phase):
         row = gemm(name, mm, nn, kk, dt, phase)
@@ -124,10 +139,6 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
     elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
                 local * per_expert * width, full or recomputes("moe_act"))
-    if etp > 1 and not gather:
-        # expert tensor parallelism: the expert output is reduce-scattered inside the expert TP group
-        for ph in phases:
-            comms.append(comm("etp", "allreduce", routed * h * ACT_BYTES, ph))
 
 
 def expert_params_per_gpu(cfg: SimConfig) -> float:
