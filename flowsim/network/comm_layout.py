@@ -6,10 +6,8 @@ HGX/DGX, 72 GPUs on an NVL72 rack); ranks of one domain talk over NVLink, so NCC
 "node" (multi-node NVLink). A communicator of ``n_ranks`` ranks with stride ``s`` holds the global ranks
 ``r0, r0 + s, r0 + 2s, ...``.
 
-NIC rule: NICs are numbered per host like GPUs. With ``nics_per_node == gpus_per_node`` NIC i is the
-closest NIC of GPU i. With fewer NICs, NIC i serves the ``gpus_per_node / nics_per_node`` consecutive
-GPUs ``[i * g / k, (i + 1) * g / k)``; with more NICs, GPU j owns the ``nics_per_node / gpus_per_node``
-NICs ``[j * k / g, (j + 1) * k / g)``. The NICs a communicator can use on a node are the distinct
+NICs: each GPU uses the NICs closest to it (:func:`flowsim.network.topology.nic_span`, the rule the
+flow engine's topology wires too). The NICs a communicator can use on a node are the distinct
 closest NICs of its ranks there (NCCL's rings and trees enter and leave a node through the NICs closest
 to the GPUs they run on); across nodes the smallest count is taken.
 """
@@ -22,11 +20,12 @@ from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import CommLayout
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
+from flowsim.network.topology import nic_span
 from flowsim.units import gbps_to_Bps
 
 
 def closest_nics(local_gpu: int, gpus_per_node: int, nics_per_node: int) -> range:
-    """Indices of the NICs closest to a host's local GPU (module docstring rule).
+    """Indices of the NICs closest to a host's local GPU (:func:`flowsim.network.topology.nic_span`).
 
     Parameters
     ----------
@@ -42,11 +41,8 @@ def closest_nics(local_gpu: int, gpus_per_node: int, nics_per_node: int) -> rang
     range
         NIC indices on the same host.
     """
-    if nics_per_node >= gpus_per_node:
-        per = nics_per_node // gpus_per_node
-        return range(local_gpu * per, (local_gpu + 1) * per)
-    nic = local_gpu * nics_per_node // gpus_per_node
-    return range(nic, nic + 1)
+    first, count = nic_span(local_gpu, gpus_per_node, nics_per_node)
+    return range(first, first + count)
 
 
 def job_domain_size(cluster: ClusterConfig) -> int:

@@ -10,9 +10,8 @@ Scale-up (inside a scale-up domain), by the GPU's ``scaleup_kind``:
 * ``nvlink_bridge``: GPUs ``2k`` and ``2k + 1`` joined by a bridge of ``scaleup_Bps``; other pairs go over PCIe.
 * ``pcie``: GPU-to-GPU through a host PCIe node (one per host), ``pcie_Bps`` each way per GPU.
 
-GPU to NIC: a PCIe link of ``pcie_Bps`` each way between a GPU and each NIC it uses. With as many or more
-NICs than GPUs, GPU ``i`` of a host owns NICs ``i*k .. i*k + k - 1`` (``k`` = NICs per GPU); with fewer,
-``gpus_per_node / nics_per_node`` neighbouring GPUs share one NIC.
+GPU to NIC: a PCIe link of ``pcie_Bps`` each way between a GPU and each NIC closest to it
+(:func:`nic_span`).
 
 Scale-out: ``nics_per_node`` rails; NIC ``r`` of every host is on rail ``r``. Leaves have
 ``switch_radix // 2`` down-ports and ``switch_radix // 2`` up-ports, one to each spine of their pod; each
@@ -281,6 +280,33 @@ class _Graph:
             cat[4].astype(np.int8)
 
 
+def nic_span(local_gpu, gpus_per_node: int, nics_per_node: int):
+    """(first NIC, number of NICs) closest to a host's local GPU: the one rule of which GPU uses which NIC.
+
+    NICs are numbered per host like GPUs. With ``nics_per_node == gpus_per_node`` NIC ``i`` is the closest
+    NIC of GPU ``i``. With fewer NICs (``k`` per host, ``g`` GPUs), NIC ``i`` serves the ``g / k``
+    consecutive GPUs ``[i * g / k, (i + 1) * g / k)``; with more, GPU ``j`` owns the ``k / g`` NICs
+    ``[j * k / g, (j + 1) * k / g)``.
+
+    Parameters
+    ----------
+    local_gpu : int or int64 array
+        GPU index on its host, in ``[0, gpus_per_node)``.
+    gpus_per_node, nics_per_node : int
+        GPUs and NICs per host.
+
+    Returns
+    -------
+    (first, count)
+        Index of the first closest NIC on the same host (same shape as ``local_gpu``) and how many
+        consecutive NICs each GPU owns (an int).
+    """
+    if nics_per_node >= gpus_per_node:
+        per = nics_per_node // gpus_per_node
+        return local_gpu * per, per
+    return local_gpu * nics_per_node // gpus_per_node, 1
+
+
 def _check(cluster: ClusterConfig, gpu) -> None:
     """Rules of a buildable topology beyond ClusterConfig.validate(); raise ConfigError."""
     cluster.validate()
@@ -369,8 +395,7 @@ def build_topology(cluster: ClusterConfig, gpu) -> Topology:
 
     # GPU <-> NIC over PCIe.
     nic_ids = g.nodes(NodeKind.NIC, n_hosts * R)
-    k = max(R // gpn, 1)
-    first = local * R // gpn if R < gpn else local * k
+    first, k = nic_span(local, gpn, R)
     gpu_nic = host[:, None] * R + first[:, None] + np.arange(k)[None, :]
     gpu_nic_link = g.links(gpus[:, None], nic_ids[gpu_nic], gpu.pcie_Bps, 0.0, LinkKind.PCIE)
     nic_gpu_link = g.links(nic_ids[gpu_nic], gpus[:, None], gpu.pcie_Bps, 0.0, LinkKind.PCIE)

@@ -26,7 +26,8 @@ import numpy as np
 
 from flowsim.network.collective_flows import run_collective, run_concurrent
 from flowsim.config import SimConfig
-from flowsim.step.schedule import BWD, FWD, microbatches_per_chunk
+from flowsim.config.layout import group_spans, microbatches_per_chunk
+from flowsim.step.schedule import BWD, FWD
 
 FLOW_GROUPS = ("dp", "dps", "dpr", "edp", "ep", "cp", "pp")
 """Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain)."""
@@ -47,31 +48,20 @@ def stage_groups(cfg: SimConfig, group: str, stage: int = 0) -> list[list[int]]:
     """Global GPU ids of every ``group`` of pipeline stage ``stage`` (for ``pp``: pairs with the next stage,
     the last stage's with the first).
 
-    Ranks follow Megatron-LM's order (``tp`` fastest, then ``cp``, ``dp``, ``pp``; experts ``etp``, ``ep``,
-    expert-``dp``); a stage holds ``tp * cp * dp`` consecutive ranks.
+    Ranks follow Megatron-LM's order (:func:`flowsim.config.layout.group_spans`: ``tp`` fastest, then ``cp``,
+    ``dp``, ``pp``; experts ``etp``, ``ep``, expert-``dp``); a stage holds ``tp * cp * dp`` consecutive ranks.
+    A group of ``n`` ranks with stride ``d`` starts at every rank of the stage whose ``(rank // d) % n`` is 0.
     """
+    if group not in FLOW_GROUPS:
+        raise ValueError(f"group {group!r} is not priced on the flow engine")
     t = cfg.training
-    tp, cp, dp, ep, etp = t.tp, t.cp, t.dp, t.ep, t.expert_tensor_parallel_size
-    size = tp * cp * dp
+    size = t.tp * t.cp * t.dp
     o = stage * size
-    if group == "dp":
-        return [[o + i + k * tp for k in range(dp * cp)] for i in range(tp)]
-    if group in ("dps", "dpr"):  # hybrid sharding: shard groups of dp_shard consecutive DP ranks, replicas
-        sh, rep = t.dp_shard, dp * cp // t.dp_shard
-        if group == "dps":
-            return [[o + i + (r * sh + k) * tp for k in range(sh)] for r in range(rep) for i in range(tp)]
-        return [[o + i + (r * sh + k) * tp for r in range(rep)] for k in range(sh) for i in range(tp)]
-    if group == "cp":
-        return [[o + d * tp * cp + i + k * tp for k in range(cp)] for d in range(dp) for i in range(tp)]
-    if group == "ep":
-        return [[o + b * ep * etp + i + k * etp for k in range(ep)] for b in range(size // (ep * etp))
-                for i in range(etp)]
-    if group == "edp":
-        return [[o + i + k * ep * etp for k in range(size // (ep * etp))] for i in range(ep * etp)]
     if group == "pp":
         nxt = (stage + 1) % max(t.pp, 2) * size
         return [[o + i, nxt + i] for i in range(size)]
-    raise ValueError(f"group {group!r} is not priced on the flow engine")
+    n, stride = group_spans(t)[group]
+    return [[o + b + k * stride for k in range(n)] for b in range(size) if (b // stride) % n == 0]
 
 
 @functools.lru_cache(maxsize=4096)
