@@ -14,6 +14,7 @@ Public API::
 Depends only on numpy/pandas and flowsim.units / flowsim.errors; see docs/NCCL.md.
 """
 from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo, Coll, Hw, Proto
+from flowsim.nccl_models.env import NcclEnv
 from flowsim.nccl_models.estimate import OPS, P2P_OPS, CollectiveEstimate, busbw_factor, cost_table, predict
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
 from flowsim.nccl_models.layout import CommLayout
@@ -22,5 +23,5 @@ from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, SWITCH, Plan, build
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
 
 __all__ = ["ALGO_NAMES", "DEFAULT_MAX_TRANSFERS", "DEFAULT_NCCL_VERSION", "NET_BW_EFFICIENCY", "OPS", "P2P_OPS",
-           "PROTO_NAMES", "SWITCH", "Algo", "Coll", "CollectiveEstimate", "CommLayout", "Hw", "Plan", "Proto",
+           "PROTO_NAMES", "SWITCH", "Algo", "Coll", "CollectiveEstimate", "CommLayout", "Hw", "NcclEnv", "Plan", "Proto",
            "build_plan", "busbw_factor", "cost_table", "parse_override", "plan_collective", "predict"]

@@ -17,7 +17,7 @@ A100 6x40 -> 12x20, H100 6x60 -> 12x30, B200 8x90 -> 16x45, H100 multi-node 8x48
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from flowsim.nccl_models.constants import (
@@ -167,6 +167,9 @@ def graphs_of(layout: CommLayout) -> Graphs:
     SM90/SM100 speed ladders and ``MAXCHANNELS`` (:mod:`flowsim.nccl_models.versions`). The NVLS graph has
     one channel per head: every GPU of the node on one node, one head per NIC on several nodes, at most 16
     [inferred from NCCL logs "NVLS comm ... nHeads 8" and the 480 GB/s H100 busbw].
+    ``NCCL_MAX_CTAS`` (``layout.max_ctas``) caps the graph and execution channels, ``NCCL_MIN_CTAS`` raises the
+    execution channels (NCCL 2.30.7 ``init.cc`` / ``connect.cc`` honour them after ``ncclTopoPostset``,
+    duplicating channels for the minimum) [inferred: NCCL's cost model then sees the capped graph].
     """
     cc = layout.compute_capability
     arch = arch_of(cc, layout.version)
@@ -204,5 +207,10 @@ def graphs_of(layout: CommLayout) -> Graphs:
             nvls_exec = NVLS_CHANNELS_SM90
         if layout.n_nodes > 1:
             nvls_exec = min(nvls_exec, exec_channels)
+    if layout.max_ctas:  # NCCL_MAX_CTAS caps every channel count (graph channels carry the bandwidth)
+        ring, tree = (replace(g, n_channels=min(g.n_channels, layout.max_ctas)) for g in (ring, tree))
+        exec_channels = min(exec_channels, layout.max_ctas)
+        nvls_exec = min(nvls_exec, layout.max_ctas)
+    exec_channels = max(exec_channels, layout.min_ctas)  # NCCL_MIN_CTAS: channels duplicated, no faster
     same = layout.n_nodes == 1 and layout.scaleup_kind == "nvswitch"
     return Graphs(ring, tree, nvls, intra_hw, intra_Bps, exec_channels, nvls_exec, same)

@@ -48,6 +48,11 @@ class CommLayout:
     nccl_version : str
         NCCL release whose cost model applies, ``major.minor[.patch]`` from 2.18 to 2.30 (default 2.30.7);
         stored as ``major.minor.patch``. See :mod:`flowsim.nccl_models.versions`.
+    collnet : bool
+        IB SHARP in-network reduction through NCCL's CollNet plugin is enabled (``NCCL_COLLNET_ENABLE=1`` on a
+        SHARP-capable fabric): CollNetDirect/CollNetChain, and NVLS across nodes, become available.
+    min_ctas, max_ctas : int
+        ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS``: bounds on the channels a collective runs on; 0 = NCCL's default.
     """
 
     n_ranks: int
@@ -63,6 +68,9 @@ class CommLayout:
     pcie_Bps: float = 64e9
     cpu: str = "intel"
     nccl_version: str = DEFAULT_NCCL_VERSION
+    collnet: bool = False
+    min_ctas: int = 0
+    max_ctas: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "nccl_version", str(parse_nccl_version(self.nccl_version)))
@@ -77,6 +85,12 @@ class CommLayout:
             raise ConfigError("vendor", f"must be one of {', '.join(VENDORS)}", self.vendor)
         if self.scaleup_kind not in SCALEUP_KINDS:
             raise ConfigError("scaleup_kind", f"must be one of {', '.join(SCALEUP_KINDS)}", self.scaleup_kind)
+        for name in ("min_ctas", "max_ctas"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(name, "must be a non-negative integer (0: NCCL's default)", v)
+        if self.min_ctas and self.max_ctas and self.min_ctas > self.max_ctas:
+            raise ConfigError("min_ctas", "must not exceed max_ctas", f"{self.min_ctas} > {self.max_ctas}")
         if self.cpu not in CPUS:
             raise ConfigError("cpu", f"must be one of {', '.join(CPUS)}", self.cpu)
         if self.scaleup_kind != "pcie":

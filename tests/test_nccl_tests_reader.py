@@ -39,11 +39,42 @@ def test_sections_and_ops_from_comments(shared_data):
     assert mi[mi["section"] == 3]["section_title"].iloc[0] == "2-node (16 GPUs)"
 
 
-def test_op_argument_fills_in_for_unnamed_logs(shared_data):
+def test_op_argument_fills_in_for_unnamed_logs(shared_data, tmp_path):
     path = shared_data / "nccl-tests" / "h100_8gpu_and_2node_degraded_ncclTests_issue290.txt"
-    with pytest.raises(ConfigError, match="log: no nccl-tests result rows found"):
-        read_nccl_tests(path)  # no collective named anywhere: every row is skipped
+    # no collective named anywhere: all_reduce_perf's columns (redop sum, root -1, count x 4 B = size) tell it
+    assert set(read_nccl_tests(path).frame["op"]) == {"allreduce"}
     assert set(read_nccl_tests(path, op="allreduce").frame["op"]) == {"allreduce"}
+    f = tmp_path / "unnamed.log"  # all_gather_perf's columns (redop none) do not tell it apart from alltoall
+    f.write_text("        1024            32     float    none      -1    10.00    0.10    0.09      0"
+                 "    10.00    0.10    0.09      0\n")
+    with pytest.raises(ConfigError, match="log: no nccl-tests result rows found"):
+        read_nccl_tests(f)
+    assert set(read_nccl_tests(f, op="allgather").frame["op"]) == {"allgather"}
+
+
+def test_every_shared_log_parses(shared_data):
+    for path in sorted((shared_data / "nccl-tests").glob("*.txt")):
+        assert len(read_nccl_tests(path, n_ranks=8).frame) > 0, path.name
+
+
+def test_env_lines_are_read_per_section(shared_data, tmp_path):
+    sharp = read_nccl_tests(shared_data / "nccl-tests" / "h100_64gpu_8node_allreduce_sharp_collnetchain_coreweave.txt")
+    assert sharp.env[0].algo == "COLLNETCHAIN" and sharp.env[0].collnet_enable is True
+    rack = read_nccl_tests(shared_data / "nccl-tests" / "gb200_1440gpu_20rack_allreduce_coreweave.txt")
+    assert (rack.env[0].nvls_enable, rack.env[0].collnet_enable, rack.env[0].net_gdr_c2c) == (False, False, True)
+    f = tmp_path / "all_reduce.log"
+    row = "        1024           256     float     sum      -1    10.00    0.10    0.18      0" \
+          "    10.00    0.10    0.18      0\n"
+    f.write_text("# all_reduce_perf; use NCCL_ALGO=tree to compare (prose: not a setting)\n"
+                 "# ENV: NCCL_PROTO=Simple NCCL_IB_HCA=mlx5\n" + row
+                 + "# second run\n# host:1:1 [0] NCCL INFO NCCL_ALGO set by environment to ring\n"
+                 "# export NCCL_MAX_CTAS=4\n" + row)
+    log = read_nccl_tests(f)
+    assert (log.env[0].proto, log.env[0].algo, log.env[0].ignored) == ("Simple", None, ("NCCL_IB_HCA",))
+    assert (log.env[1].proto, log.env[1].algo, log.env[1].max_ctas) == ("Simple", "ring", 4)
+    f.write_text("# all_reduce_perf\n# ENV NCCL_NVLS_ENABLE=yes\n" + row)
+    with pytest.raises(ConfigError, match="NCCL_NVLS_ENABLE: must be 0 or 1"):
+        read_nccl_tests(f)
 
 
 def test_unparsable_rows_are_reported_with_line_numbers(tmp_path):

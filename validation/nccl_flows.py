@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from flowsim.config.cluster import ClusterConfig
 from flowsim.gpu_specs import GPUSpec
-from flowsim.nccl_models import DEFAULT_NCCL_VERSION, P2P_OPS
+from flowsim.nccl_models import DEFAULT_NCCL_VERSION, P2P_OPS, NcclEnv
 from flowsim.network.collective_flows import run_collective
 from flowsim.validation.nccl_tests import NcclComparison, summarize
 
@@ -11,7 +11,8 @@ __all__ = ["flow_comparison"]
 
 
 def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSpec, *, algo: str | None = None,
-                    proto: str | None = None, nccl_version: str = DEFAULT_NCCL_VERSION) -> NcclComparison:
+                    proto: str | None = None, nccl_version: str = DEFAULT_NCCL_VERSION,
+                    env: dict | None = None) -> NcclComparison:
     """Redo an nccl-tests comparison with the flow engine, on all GPUs of ``cluster`` as one communicator.
 
     Parameters
@@ -28,6 +29,9 @@ def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSp
         comparison).
     nccl_version : str, optional
         NCCL release whose choice is modelled (the log's, as in the analytic comparison).
+    env : dict[int, NcclEnv], optional
+        Per section, the NCCL environment of the run (``NcclTestsLog.env``): its NCCL_ALGO / NCCL_PROTO (below
+        ``algo`` / ``proto``) and NCCL_NVLS_ENABLE apply; CollNet and the CTA bounds have no flow plan.
 
     Returns
     -------
@@ -37,12 +41,17 @@ def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSp
     """
     rows = analytic.rows.copy()
     ranks = list(range(cluster.num_gpus))
-    results = [run_collective(cluster, gpu, op, size, ranks, algo=None if op in P2P_OPS else algo,
-                              proto=None if op in P2P_OPS else proto, nccl_version=nccl_version)
-               for op, size in zip(rows["op"], rows["size_bytes"])]
+    env = env or {}
+    results = []
+    for section, op, size in zip(rows["section"], rows["op"], rows["size_bytes"]):
+        e = env.get(section, NcclEnv())
+        p2p = op in P2P_OPS
+        results.append(run_collective(cluster, gpu, op, size, ranks, algo=None if p2p else e.algo_for(op, algo),
+                                      proto=None if p2p else e.proto_for(proto), nccl_version=nccl_version))
     rows["predicted_time_s"] = [r.time_s for r in results]
     rows["predicted_busbw_Bps"] = [r.busbw_Bps for r in results]
     rows["busbw_error"] = rows["measured_time_s"] / rows["predicted_time_s"] - 1.0
     rows["algo"] = [r.algo for r in results]
     rows["proto"] = [r.proto for r in results]
-    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), analytic.skipped)
+    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), analytic.skipped,
+                          env=analytic.env)

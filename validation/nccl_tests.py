@@ -10,7 +10,11 @@ Two row layouts are understood:
 
 A file may hold several sections (runs): a run of comment lines after result rows starts a new section.
 The collective of a section comes from its comment lines (``alltoall_perf``, ``all_reduce`` ...), else
-from the file header, else from the ``op`` argument. Rows that cannot be read are skipped and listed with
+from the file header, else from the ``op`` argument, else from the row's own columns where they tell it
+(``redop`` set, ``root -1`` and ``count x type size = size``: nccl-tests' all_reduce_perf).
+The NCCL environment a section states (``NCCL_ALGO=ring``, ``NCCL_NVLS_ENABLE=0`` ... in its comment lines; the
+file header's for every section, a section's own on top) is applied by :func:`compare_nccl_tests`
+(:class:`flowsim.nccl_models.NcclEnv`). Rows that cannot be read are skipped and listed with
 their line numbers. The NCCL release that ran is taken from the log when it states one (see
 :func:`nccl_version_of`), and so is each section's launch setup, the GPUs one host thread drives (see
 :func:`launch_statement_of`; the benchmark's time floor it sets is :mod:`flowsim.nccl_models.launch`).
@@ -25,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from flowsim.errors import ConfigError
-from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, busbw_factor, predict
+from flowsim.nccl_models import OPS, P2P_OPS, CommLayout, NcclEnv, busbw_factor, predict
 from flowsim.nccl_models.launch import check_gpus_per_process, launch_floor_s
 from flowsim.nccl_models.versions import version_from_code
 from flowsim.units import GB, US, MiB
@@ -58,6 +62,16 @@ _LAUNCH_PATTERNS = (
     (re.compile(r"(?:single process[^#(]*(\()?\s*)?(?<![\w-])-g\s*(\d+)\b(?(1)\))", re.I), None),
     (re.compile(r"\b(?:1|one)\s+proc(?:ess)?\s*(?:/|\s+per\s+)\s*GPU\b", re.I), 1),
 )
+# NCCL environment statements: lines that begin with "ENV" / "export" / "env" (headers, scripts) hold
+# NCCL_X=value tokens; NCCL's own INFO line reads "NCCL_X set by environment to value". Prose elsewhere
+# ("use NCCL_ALGO=RING on 2 nodes") is not a setting of the run.
+_ENV_LINE = re.compile(r"^\s*(?:ENV\b|export\b|env\b)", re.I)
+_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+)=([^\s,;)]+)")
+_ENV_INFO = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to ([^\s,;)]+)")
+_TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1,
+               "half": 2, "bfloat16": 2, "float16": 2, "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4,
+               "int64": 8, "uint64": 8, "double": 8, "float64": 8}
+"""Bytes per element of nccl-tests' types (``src/common.cu`` ``wordSize``)."""
 COLUMNS = ["section", "section_title", "line", "op", "size_bytes", "count", "dtype", "time_s", "algbw_Bps",
            "busbw_Bps", "time_inplace_s", "algbw_inplace_Bps", "busbw_inplace_Bps", "time_derived"]
 
@@ -82,6 +96,9 @@ class NcclTestsLog:
     launch : dict[int, LaunchStatement]
         Per section, the launch setup its comment lines state (:func:`launch_statement_of`; the first
         section's are the file header); a later section that states none is not given the header's.
+    env : dict[int, NcclEnv]
+        Per section, the NCCL environment stated (:func:`env_of`): the file header's, with the section's own
+        comment lines on top.
     """
 
     frame: pd.DataFrame
@@ -89,6 +106,7 @@ class NcclTestsLog:
     path: str
     nccl_version: str | None = None
     launch: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +175,33 @@ def launch_statement_of(lines) -> LaunchStatement:
                 count = implied if implied is not None else int(m.groups()[-1])
                 return LaunchStatement(count, m.group(0).strip())
     return LaunchStatement()
+
+
+def env_of(lines) -> dict:
+    """``{"NCCL_ALGO": "COLLNETCHAIN", ...}``: the NCCL environment the lines state (the last one wins).
+
+    Parameters
+    ----------
+    lines : iterable of str
+        Comment lines, without the ``#``. Read: every ``NCCL_*=value`` on a line that begins with ``ENV``,
+        ``export`` or ``env`` (``ENV: NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=0 ...``), and NCCL's INFO line
+        ``NCCL_ALGO set by environment to ring``. Elsewhere (prose) ``NCCL_X=value`` is not taken.
+    """
+    env = {}
+    for line in lines:
+        text = line.lstrip("#").strip()
+        found = _ENV.finditer(text) if _ENV_LINE.match(text) else _ENV_INFO.finditer(text)
+        env.update((m.group(1), m.group(2)) for m in found)
+    return env
+
+
+def _op_from_columns(toks: list[str]) -> str | None:
+    """all_reduce_perf's row (redop set, root -1, count x type size = size), else None: the other tests'
+    columns do not tell them apart."""
+    if len(toks) < 5 or toks[2].lower() not in _TYPE_BYTES or toks[3].lower() == "none" or toks[4] != "-1":
+        return None
+    size, count = _num(toks[0]), _num(toks[1])
+    return "allreduce" if size and count and count * _TYPE_BYTES[toks[2].lower()] == size else None
 
 
 def _detect_op(texts) -> str | None:
@@ -231,7 +276,8 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
             break
         header.append(line)
     file_op = _detect_op(header) or op
-    rows, skipped, launch = [], [], {}
+    header_env = env_of(header)
+    rows, skipped, launch, env = [], [], {}, {}
     section, title, sec_op, comments, seen_data = 0, "", None, [], False
     size_busbw_layout = any(re.search(r"size\S*\s+busbw", h) for h in header)
     for no, raw in enumerate(lines, start=1):
@@ -253,8 +299,11 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
             if size_busbw_layout is False and comments:
                 size_busbw_layout = any(re.search(r"size\S*\s+busbw", c) for c in comments)
             launch[section] = launch_statement_of(comments)
+            env[section] = NcclEnv.from_mapping({**header_env, **env_of(comments)})
             seen_data = True
         toks = line.split()
+        if sec_op is None:
+            sec_op = _op_from_columns(toks)
         if sec_op is None:
             skipped.append((no, "collective unknown (pass op=)"))
             continue
@@ -280,7 +329,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
     if not rows:
         raise ConfigError("log", "no nccl-tests result rows found", str(path))
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    return NcclTestsLog(frame, tuple(skipped), str(path), nccl_version_of(lines), launch)
+    return NcclTestsLog(frame, tuple(skipped), str(path), nccl_version_of(lines), launch, env)
 
 
 @dataclass(frozen=True)
@@ -326,17 +375,21 @@ class NcclComparison:
         Unreadable lines of the log (line number, reason).
     launch : tuple[dict, ...]
         Per section compared, the launch setup used (:func:`section_launch`).
+    env : tuple[dict, ...]
+        Per section compared, ``section`` and the NCCL environment applied (:meth:`NcclEnv.to_dict`).
     """
 
     rows: pd.DataFrame
     summary: AccuracySummary
     skipped: tuple
     launch: tuple = ()
+    env: tuple = ()
 
     def to_dict(self) -> dict:
-        """JSON-ready mapping: rows (records), summary, skipped, launch."""
+        """JSON-ready mapping: rows (records), summary, skipped, launch, env."""
         return {"rows": self.rows.to_dict(orient="records"), "summary": self.summary.to_dict(),
-                "skipped": [{"line": n, "reason": r} for n, r in self.skipped], "launch": list(self.launch)}
+                "skipped": [{"line": n, "reason": r} for n, r in self.skipped], "launch": list(self.launch),
+                "env": list(self.env)}
 
 
 def summarize(sizes_bytes, busbw_error) -> AccuracySummary:
@@ -419,7 +472,8 @@ def apply_launch_floor(cmp: NcclComparison, launch: tuple) -> NcclComparison:
     rows["predicted_busbw_Bps"] *= rows["predicted_time_s"] / floored
     rows["predicted_time_s"] = floored
     rows["busbw_error"] = rows["measured_time_s"] / floored - 1.0
-    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), cmp.skipped, tuple(launch))
+    return NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), cmp.skipped, tuple(launch),
+                          cmp.env)
 
 
 def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | None = None,
@@ -433,7 +487,9 @@ def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | Non
     layout : CommLayout
         The communicator the log was measured on.
     algo, proto : str, optional
-        NCCL_ALGO / NCCL_PROTO overrides the run used (e.g. ``"ring"`` for a Ring-only run).
+        NCCL_ALGO / NCCL_PROTO overrides the run used (e.g. ``"ring"`` for a Ring-only run); they win over the
+        ``NCCL_ALGO`` / ``NCCL_PROTO`` the log states. The rest of the log's NCCL environment (``log.env``:
+        NVLS and CollNet enable, CTA bounds) is applied to ``layout`` per section.
     sections : iterable of int, optional
         Sections of the log to compare (default all).
     gpus_per_process : int or str, optional
@@ -456,10 +512,13 @@ def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | Non
         df = df[df["section"].isin(wanted)]
     launch = tuple(section_launch(log, s, layout, gpus_per_process) for s in sorted(set(df["section"])))
     floor_of = {d["section"]: d["floor_s"] for d in launch}
+    env = {s: log.env.get(s, NcclEnv()) for s in sorted(set(df["section"]))}
     out = []
     for row in df.itertuples(index=False):
-        est = predict(row.op, row.size_bytes, layout, algo=None if row.op in P2P_OPS else algo,
-                      proto=None if row.op in P2P_OPS else proto)
+        e = env[row.section]
+        p2p = row.op in P2P_OPS
+        est = predict(row.op, row.size_bytes, e.layout(layout), algo=None if p2p else e.algo_for(row.op, algo),
+                      proto=None if p2p else e.proto_for(proto))
         factor = busbw_factor(row.op, layout.n_ranks)
         out.append((row.section, row.line, row.op, row.size_bytes, row.time_s, est.time_s,
                     row.size_bytes * factor / row.time_s, est.busbw_Bps, row.time_s / est.time_s - 1.0,
@@ -467,5 +526,6 @@ def compare_nccl_tests(log: NcclTestsLog, layout: CommLayout, *, algo: str | Non
     rows = pd.DataFrame(out, columns=["section", "line", "op", "size_bytes", "measured_time_s", "predicted_time_s",
                                       "measured_busbw_Bps", "predicted_busbw_Bps", "busbw_error", "algo", "proto",
                                       "launch_floor_s"])
-    model = NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), log.skipped)
+    model = NcclComparison(rows, summarize(rows["size_bytes"], rows["busbw_error"]), log.skipped,
+                           env=tuple({"section": s, **e.to_dict()} for s, e in env.items()))
     return apply_launch_floor(model, launch)

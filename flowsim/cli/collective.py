@@ -163,6 +163,17 @@ def _launch_line(setup: dict) -> str:
     return f"# section {setup['section']}: {_launch_text(setup['gpus_per_process'], setup['floor_s'])} ({origin})"
 
 
+def _env_line(env: dict, algo: str | None, proto: str | None) -> str:
+    """Header line of the NCCL environment a section states and the model applies."""
+    stated = [f"{k}={v}" for k, v in env.items() if k not in ("section", "ignored")]
+    text = " ".join(stated) if stated else "none stated"
+    given = [f"{flag} wins over NCCL_{flag[2:].upper()}" for flag, v in (("--algo", algo), ("--proto", proto))
+             if v and f"NCCL_{flag[2:].upper()}" in env]
+    notes = (f"; {', '.join(given)}" if given else "") + (f"; ignored: {' '.join(env['ignored'])}"
+                                                           if env["ignored"] else "")
+    return f"# section {env['section']}: NCCL env {text}{notes}"
+
+
 def _count(op: str, size: int, n_ranks: int) -> int:
     per_rank = op in ("allgather", "reducescatter", "alltoall")
     return size // (_TYPE_BYTES * (n_ranks if per_rank else 1))
@@ -253,8 +264,8 @@ def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_nod
     cmp = compare_nccl_tests(parsed, layout, algo=algo, proto=proto, sections=sections or None,
                              gpus_per_process=gpus_per_process)
     if engine == "flow":
-        cmp = apply_launch_floor(flow_comparison(cmp, cfg, spec, algo=algo, proto=proto, nccl_version=version),
-                                 cmp.launch)
+        cmp = apply_launch_floor(flow_comparison(cmp, cfg, spec, algo=algo, proto=proto, nccl_version=version,
+                                                 env=parsed.env), cmp.launch)
     if as_json:
         echo_json({"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "nccl_version_source": source,
                    "log_nccl_version": parsed.nccl_version, "engine": engine, **cmp.to_dict()})
@@ -266,6 +277,8 @@ def validate_nccl(log, op, sections, cluster, nodes, gpus_per_node, nics_per_nod
                f"{parsed.nccl_version or 'no NCCL version'}); {engine} engine")
     for setup in cmp.launch:
         click.echo(_launch_line(setup))
+    for env in cmp.env:
+        click.echo(_env_line(env, algo, proto))
     click.echo(format_table(rows, _COMPARE))
     s = cmp.summary
     click.echo(f"\nsizes >= 1 MiB: {s.n_large} rows, median |busbw error| {100 * s.median_abs_error_large:.1f} %, "
