@@ -15,14 +15,8 @@ from flowsim.config import build_config
 from flowsim.errors import ConfigError
 from flowsim.kernels import bench
 from flowsim.kernels.db import DB_COLUMNS, read_db
-from flowsim.kernels.shapes import (
-    ATTN_SWEEP_SEQ,
-    MEMORY_OPS,
-    MEMORY_SWEEP_ROWS,
-    default_shapes,
-    parse_ops,
-    validate_shapes,
-)
+from flowsim.explore.kernel_shapes import ATTN_SWEEP_SEQ, MEMORY_SWEEP_ROWS, default_shapes
+from flowsim.kernels.shapes import MEMORY_OPS, parse_ops, validate_shapes
 from flowsim.model.workload import build_workload
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,

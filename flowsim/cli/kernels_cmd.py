@@ -10,6 +10,7 @@ import pandas as pd
 from flowsim import units
 from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.errors import ConfigError
+from flowsim.explore.kernel_shapes import default_shapes
 from flowsim.gpu_specs import get_gpu, gpu_keys
 from flowsim.kernels import DTYPES, KINDS, kernel_references, op_breakdown
 from flowsim.kernels.accuracy import leave_one_out, loo_summary
@@ -22,7 +23,7 @@ from flowsim.kernels.bench import (
 )
 from flowsim.kernels.db import seed_db
 from flowsim.kernels.ingest import ingest_trace, trace_accuracy
-from flowsim.kernels.shapes import BENCH_DTYPES, BENCH_OPS, OP_GROUPS, default_shapes, parse_ops, read_shapes
+from flowsim.kernels.shapes import BENCH_DTYPES, BENCH_OPS, OP_GROUPS, parse_ops, read_shapes
 
 SHAPES = {
     "gemm": ("m", "n", "k", "batch"),
