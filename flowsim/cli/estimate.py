@@ -135,6 +135,12 @@ def _where_report(w: dict, step_s: float) -> str:
                    "(every elementwise op a kernel of its own).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
+@click.option("--megatron-args", "megatron_args", type=click.Path(exists=True, dir_okay=False),
+              help="A Megatron-LM pretrain_gpt.py argument list (shell words; a torchrun prefix gives the GPUs).")
+@click.option("--nemo", "nemo_recipe", type=click.Path(exists=True, dir_okay=False),
+              help="A NeMo 2 (trainer:/model:) or Megatron-Bridge (model:/train:/ddp:) recipe YAML.")
+@click.option("--hf-config", "hf_config", type=click.Path(exists=True, dir_okay=False),
+              help="A Hugging Face config.json for the model (Llama, Mistral, Mixtral, Qwen3, DeepSeek, GPT-2).")
 @click.option("--workload", "workload_path", type=click.Path(exists=True, dir_okay=False),
               help="Simulate a captured workload (flowsim capture) on --cluster [--gpu] instead of a model.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
@@ -148,10 +154,13 @@ def _where_report(w: dict, step_s: float) -> str:
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
-             comm_engine, kernel_fusion, workload_path, as_json, show_breakdown, trace_path, chakra_dir):
+             comm_engine, kernel_fusion, megatron_args, nemo_recipe, hf_config, workload_path, as_json,
+             show_breakdown, trace_path, chakra_dir):
     """Predict step time, throughput, MFU and memory of one training step.
 
-    CONFIG is an optional YAML/JSON file; flags override it. Example:
+    CONFIG is an optional YAML/JSON file; flags override it. --megatron-args, --nemo and --hf-config read
+    another framework's file first (CONFIG and flags override it); values they take from the model family
+    rather than the file, and what they ignore, are printed on stderr. Example:
 
         flowsim estimate --model gpt3-175b --cluster dgx-h100 --gpus 1024 --tp 8 --pp 8 --gbs 1536 --sp
 
@@ -167,14 +176,16 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     overrides.update(_parse_set(sets))
     if workload_path:
         extra = sorted(k for k, v in overrides.items() if v is not None and k not in ("cluster", "gpu"))
-        if config or extra or trace_path or chakra_dir or show_breakdown:
+        if config or extra or trace_path or chakra_dir or show_breakdown or megatron_args or nemo_recipe or hf_config:
             raise ConfigError("--workload", "takes only --cluster, --gpu and --json (the model and layout come "
                                             "from the captured file)", ", ".join(extra) or "a config or trace option")
         _estimate_workload(workload_path, cluster, gpu, as_json)
         return
+    from flowsim.config import build_config
     from flowsim.step.simulate import simulate
 
-    result = simulate(config, **overrides)
+    imported = _imported(megatron_args, nemo_recipe, hf_config)
+    result = simulate(build_config(imported, config, **overrides))
     if trace_path:
         from flowsim.export.trace import write_chrome_trace
 
@@ -188,6 +199,25 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
         echo_json({**result.to_dict(), **({"where": where} if where else {})})
     else:
         click.echo(_report(result) + (_where_report(where, result.step_time_s) if where else ""))
+
+
+def _imported(megatron_args, nemo_recipe, hf_config) -> dict | None:
+    """The config mapping of the one imported file given (its notes printed on stderr), or None."""
+    given = [(flag, path) for flag, path in (("--megatron-args", megatron_args), ("--nemo", nemo_recipe),
+                                            ("--hf-config", hf_config)) if path]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ConfigError(given[1][0], "give only one of --megatron-args, --nemo, --hf-config", given[0][0])
+    from flowsim.config import importers
+
+    flag, path = given[0]
+    read = {"--megatron-args": importers.from_megatron_args, "--nemo": importers.from_nemo,
+            "--hf-config": importers.from_hf_config}[flag]
+    imp = read(path)
+    for line in imp.notes():
+        click.echo(f"note: {line}", err=True)
+    return imp.config
 
 
 def _estimate_workload(path, cluster, gpu, as_json) -> None:
