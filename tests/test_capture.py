@@ -15,9 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flowsim.capture import GPTShape, capture, gpt_example, load, save  # noqa: E402
-from flowsim.capture.program import _slowed, _timeline, simulate_workload  # noqa: E402
+from flowsim.capture.program import _timeline, simulate_workload  # noqa: E402
+from flowsim.step.overlap import slowed_end_s as _slowed  # noqa: E402
 from flowsim.errors import ConfigError, FlowsimWarning  # noqa: E402
-from flowsim.step.simulate import overlapped_s  # noqa: E402
+from flowsim.step.overlap import overlapped_s  # noqa: E402
 
 BLOCK = 1024 + 197376 + 65792 + 263168 + 262400
 assert BLOCK == 789760

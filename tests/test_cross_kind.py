@@ -122,7 +122,7 @@ def test_step_with_cross_kind_sharing_is_never_shorter(monkeypatch):
     # its bucket times, so the step can only lengthen; here it does, since the NICs are saturated.
     cfg = build_config(**MIXTRAL, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    simulate_module = importlib.import_module("flowsim.step.simulate")
+    simulate_module = importlib.import_module("flowsim.step.data_parallel")
     monkeypatch.setattr(simulate_module, "cross_kind_extra_s", lambda cfg, gpu, wl, tl, reduction, t0, t1:
                         (np.zeros(len(reduction)), 0.0))
     separate = flowsim.simulate(cfg)
@@ -154,7 +154,7 @@ def test_step_with_param_gather_sharing_is_never_shorter(monkeypatch):
     # exposed and the rest slows the forward by its SM share, so the step can only lengthen; here it does.
     cfg = build_config(**MIXTRAL, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    simulate_module = importlib.import_module("flowsim.step.simulate")
+    simulate_module = importlib.import_module("flowsim.step.data_parallel")
     reduction_only = simulate_module.cross_kind_extra_s
     monkeypatch.setattr(simulate_module, "cross_kind_extra_s", lambda cfg, gpu, wl, tl, parts, t0, t1: (
         _no_extra(cfg, gpu, wl, tl, parts) if parts[0][2] == "allgather"
@@ -171,7 +171,7 @@ def test_fsdp_step_with_layer_sharing_is_never_shorter(monkeypatch):
     # saturating the one NIC per node, it does.
     cfg = build_config(**MIXTRAL, zero_stage=3, comm_engine="flow")
     shared = flowsim.simulate(cfg)
-    simulate_module = importlib.import_module("flowsim.step.simulate")
+    simulate_module = importlib.import_module("flowsim.step.data_parallel")
     monkeypatch.setattr(simulate_module, "layer_cross_kind_extra_s", _no_extra)
     separate = flowsim.simulate(cfg)
     assert shared.step_time_s > separate.step_time_s

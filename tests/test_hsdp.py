@@ -4,7 +4,7 @@ import pytest
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.step.simulate import GRAD_REDUCE_BYTES
+from flowsim.step.data_parallel import GRAD_REDUCE_BYTES
 from flowsim.step.flows import stage_groups
 
 BASE = dict(model="llama3-70b", cluster="dgx-h100", gpus=256, tp=1, gbs=256, mbs=1, zero_stage=3, recompute="full")

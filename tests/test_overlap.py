@@ -1,10 +1,10 @@
-"""Compute slowed by communication that shares its SMs (flowsim.step.simulate.overlapped_s, overlap_comm_sms)."""
+"""Compute slowed by communication that shares its SMs (flowsim.step.overlap.overlapped_s, overlap_comm_sms)."""
 import pytest
 
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.step.simulate import overlapped_s
+from flowsim.step.overlap import overlapped_s
 
 
 def test_overlapped_s_closed_forms():
@@ -31,7 +31,7 @@ def test_overlap_comm_sms_sets_the_share():
 
 
 def test_gradient_buckets_follow_the_framework_defaults():
-    from flowsim.step.simulate import grad_bucket_bytes
+    from flowsim.step.data_parallel import grad_bucket_bytes
     from flowsim.model.workload import build_workload
 
     def bucket(**kw):

@@ -21,11 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
-from flowsim.nccl_models import predict
+from flowsim.step import CollectivePricer
 from flowsim.units import MS, MiB
 
 AICB_OPS = {"CommType.all_reduce": "allreduce", "CommType.all_gather": "allgather",
@@ -128,11 +127,13 @@ def compare_aicb_log(path: str | Path, cluster: ClusterConfig, *, tp: int) -> Ai
     calls, skipped = read_aicb_log(path)
     gpu = get_gpu(cluster.gpu)
     stride = {"tp_group": 1, "dp_group": tp, "ep_group": tp}
+    pricer = CollectivePricer(cluster, gpu)
     out = []
     for (op, group, n, size), g in calls.groupby(["op", "group", "n_ranks", "size_bytes"]):
-        est = predict(op, size, group_layout(cluster, gpu, int(n), stride.get(group, 1)))
+        est = pricer.estimate(op, float(size), (int(n), stride.get(group, 1), 0))
+        time_s, algo, proto = (0.0, "none", "none") if est is None else (est.time_s, est.algo, est.proto)
         measured = float(g.time_s.median())
-        out.append((op, group, n, size, len(g), measured, est.time_s, est.time_s / measured - 1, est.algo, est.proto))
+        out.append((op, group, n, size, len(g), measured, time_s, time_s / measured - 1, algo, proto))
     rows = pd.DataFrame(out, columns=["op", "group", "n_ranks", "size_bytes", "calls", "measured_s", "predicted_s",
                                       "error", "algo", "proto"])
     return AicbComparison(rows=rows, skipped=skipped)

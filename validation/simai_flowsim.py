@@ -3,13 +3,13 @@
 What is kept from the file: every compute time as given (ns) and every collective with its group and size.
 What flowsim changes:
 
-* **Collectives** are priced by flowsim's NCCL model (:func:`flowsim.nccl_models.predict`, NCCL 2.30.7
+* **Collectives** are priced by flowsim's NCCL model (:class:`flowsim.step.pricer.CollectivePricer`: :func:`flowsim.nccl_models.predict`, NCCL 2.30.7
   algorithm/protocol selection) on the communicator each group forms on the cluster
   (:func:`flowsim.network.comm_layout.group_layout`). Rank order follows SimAI's groups (simai-notes section 5)
   with Megatron's TP-DP-PP nesting: TP ranks contiguous (stride 1), DP ranks strided by TP, EP = EP
   consecutive TP groups (stride TP), DP_EP = DP ranks strided by TP * EP, and the pipeline neighbours of a
   rank TP * DP apart.
-* **The pipeline** is a real schedule (:func:`flowsim.step.schedule.simulate_pipeline`, 1F1B by default) over
+* **The pipeline** is a real schedule (:func:`flowsim.step.core.run_pipeline`, 1F1B by default) over
   the GA micro-batches of the file, every stage running the file's stage, with the ``pp_comm`` activation
   sent between stages as a Send/Recv. ``interleaved`` splits each micro-batch into the header's ``vpp``
   model chunks, the interleaving SimAI's bubble formula assumes. A micro-batch is the block of lines from
@@ -32,12 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
-from flowsim.nccl_models import predict
-from flowsim.step.schedule import simulate_pipeline
+from flowsim.step import CollectivePricer, PipelineProgram, StreamOp, run_pipeline, run_streams
 from flowsim.units import US
 from flowsim.validation.simai_analytical import SimaiAnalyticalResult, group_sizes
 from flowsim.validation.simai_workload import SimaiComm, SimaiWorkload
@@ -125,15 +123,15 @@ class SimaiFlowsimResult:
         return out
 
 
-def _layouts(cluster: ClusterConfig, workload: SimaiWorkload) -> dict:
+def _pricer(cluster: ClusterConfig, workload: SimaiWorkload) -> CollectivePricer:
+    """The collective pricer with the workload's named groups (module docstring: SimAI's rank order)."""
     sizes = group_sizes(workload, cluster.num_gpus)
-    gpu = get_gpu(cluster.gpu)
     tp, ep = workload.tp, workload.ep
-    strides = {"TP": 1, "DP": tp, "EP": tp, "DP_EP": tp * ep}
-    layouts = {g: group_layout(cluster, gpu, sizes[g], strides[g]) for g in strides}
+    groups = {"TP": (sizes["TP"], 1), "DP": (sizes["DP"], tp), "EP": (sizes["EP"], tp),
+              "DP_EP": (sizes["DP_EP"], tp * ep)}
     if workload.pp > 1:
-        layouts["PP"] = group_layout(cluster, gpu, 2, tp * sizes["DP"])
-    return layouts
+        groups["PP"] = (2, tp * sizes["DP"])
+    return CollectivePricer(cluster, get_gpu(cluster.gpu), groups)
 
 
 def price_collectives(workload: SimaiWorkload, cluster: ClusterConfig) -> dict:
@@ -157,7 +155,7 @@ def price_collectives(workload: SimaiWorkload, cluster: ClusterConfig) -> dict:
         ``allreducealltoall`` (no NCCL counterpart), or groups that do not fit the cluster; the message
         names the line.
     """
-    layouts = _layouts(cluster, workload)
+    pricer = _pricer(cluster, workload)
     prices = {}
     for layer in workload.layers:
         for phase, comm in layer.comms():
@@ -167,12 +165,12 @@ def price_collectives(workload: SimaiWorkload, cluster: ClusterConfig) -> dict:
             if comm.op == "allreducealltoall":
                 raise ConfigError(f"line {layer.line_no} {phase}_comm_type", "ALLREDUCEALLTOALL has no NCCL "
                                   "counterpart in flowsim's model", "ALLREDUCEALLTOALL")
-            layout = layouts[comm.group]
-            if comm.size_bytes == 0:
-                prices[key] = CollectivePrice(*key, layout.n_ranks, 0.0, "none", "none")
+            n_ranks = pricer.groups[comm.group][0]
+            est = pricer.estimate(comm.op, comm.size_bytes, pricer.span(comm.group))
+            if est is None:  # nothing moves: no bytes (or one rank)
+                prices[key] = CollectivePrice(*key, n_ranks, 0.0, "none", "none")
                 continue
-            est = predict(comm.op, comm.size_bytes, layout)
-            prices[key] = CollectivePrice(*key, layout.n_ranks, est.time_s, est.algo, est.proto)
+            prices[key] = CollectivePrice(*key, n_ranks, est.time_s, est.algo, est.proto)
     return prices
 
 
@@ -246,32 +244,50 @@ def _block_times(blocks, prices, v: int) -> tuple[np.ndarray, np.ndarray, dict]:
     return fwd / len(blocks), bwd / len(blocks), exposed
 
 
-def _step_tail(step_lines, late_wg, prices, start_s: float) -> tuple[float, dict]:
-    """Run the step-level lines after the pipeline; return the end and exposed comm per group."""
-    now = start_s
-    exposed = {"TP": 0.0, "EP": 0.0, "DP": 0.0, "DP_EP": 0.0}
-    wg_queue = [(now, c, 0.0) for c in late_wg]
+def _tail_program(step_lines, late_wg, prices) -> tuple[list, list]:
+    """The step-level lines as a stream program (:mod:`flowsim.step.streams`): forward lines in file order, then
+    backward lines in reverse, blocking TP/EP comm on stream 1, every weight-gradient collective issued
+    asynchronously on the FIFO stream 0 when its compute ends (the ones of the micro-batch blocks first, at the
+    pipeline's end), its update delay keeping the stream busy (SimAI ``Workload.cc``); and (op index, comm) of
+    every collective."""
+    prog, comms = [], []
+
+    def compute(ns):
+        prog.append(StreamOp(ns * NS))
+
+    def comm(c, blocking, extra_s=0.0):
+        comms.append((len(prog), c))
+        prog.append(StreamOp(_t(prices, c) + extra_s, comm=True, blocking=blocking, stream=1 if blocking else 0))
+
+    for c in late_wg:
+        comm(c, blocking=False)
     for layer in step_lines:
-        f = _t(prices, layer.fwd_comm)
-        now += layer.fwd_compute_ns * NS + f
+        compute(layer.fwd_compute_ns)
         if layer.fwd_comm is not None:
-            exposed["EP" if layer.fwd_comm.group == "EP" else "TP"] += f
+            comm(layer.fwd_comm, blocking=True)
     for layer in reversed(step_lines):
-        ig = _t(prices, layer.ig_comm)
-        now += layer.ig_compute_ns * NS + ig
+        compute(layer.ig_compute_ns)
         if layer.ig_comm is not None:
-            exposed["EP" if layer.ig_comm.group == "EP" else "TP"] += ig
-        now += layer.wg_compute_ns * NS
+            comm(layer.ig_comm, blocking=True)
+        compute(layer.wg_compute_ns)
         if layer.wg_comm is not None:
-            wg_queue.append((now, layer.wg_comm, layer.wg_update_ns * NS))
-    stream, compute_end = start_s, now
-    for issued, comm, update_s in wg_queue:
-        begin = max(stream, issued)
-        end = begin + _t(prices, comm) + update_s  # the update delay keeps the stream busy (Workload.cc)
-        group = comm.group if comm.group in ("DP", "DP_EP") else "DP"
-        exposed[group] += max(0.0, end - max(begin, compute_end))
-        stream = end
-    return max(compute_end, stream), exposed
+            comm(layer.wg_comm, blocking=False, extra_s=layer.wg_update_ns * NS)
+    return prog, comms
+
+
+def _step_tail(step_lines, late_wg, prices, start_s: float) -> tuple[float, dict]:
+    """Run the step-level lines after the pipeline; return the end and exposed comm per group: blocking comm
+    all of it, a weight-gradient collective what runs past the compute stream's end."""
+    prog, comms = _tail_program(step_lines, late_wg, prices)
+    run = run_streams(prog, start_s)
+    exposed = {"TP": 0.0, "EP": 0.0, "DP": 0.0, "DP_EP": 0.0}
+    for i, c in comms:
+        if prog[i].blocking:
+            exposed["EP" if c.group == "EP" else "TP"] += prog[i].time_s
+        else:
+            group = c.group if c.group in ("DP", "DP_EP") else "DP"
+            exposed[group] += max(0.0, run.end_s[i] - max(run.start_s[i], run.compute_end_s))
+    return run.end_s_total, exposed
 
 
 def simulate_flowsim(workload: SimaiWorkload, cluster: ClusterConfig, *, schedule: str = "1f1b"
@@ -304,10 +320,11 @@ def simulate_flowsim(workload: SimaiWorkload, cluster: ClusterConfig, *, schedul
     fwd_s, bwd_s, exposed = _block_times(blocks, prices, v)
     p2p_s = 0.0
     if workload.pp > 1 and workload.pp_comm_bytes > 0:
-        p2p_s = predict("sendrecv", workload.pp_comm_bytes, _layouts(cluster, workload)["PP"]).time_s
+        pricer = _pricer(cluster, workload)
+        p2p_s = pricer.estimate("sendrecv", workload.pp_comm_bytes, pricer.span("PP")).time_s
     m = len(blocks)
-    timeline = simulate_pipeline(schedule, m, np.tile(fwd_s, (workload.pp, 1)), np.tile(bwd_s, (workload.pp, 1)),
-                                 p2p_s)
+    timeline = run_pipeline(PipelineProgram(schedule, m, np.tile(fwd_s, (workload.pp, 1)),
+                                            np.tile(bwd_s, (workload.pp, 1)), p2p_s)).timeline
     pipeline_end = float(timeline.end_s.max())
     critical = int(timeline.end_s.argmax())
     bubble_s = pipeline_end - float(timeline.busy_s[critical])

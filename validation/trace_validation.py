@@ -31,14 +31,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from flowsim.network.comm_layout import group_layout
 from flowsim.config.cluster import ClusterConfig
 from flowsim.config.loader import load_preset
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import op_times
 from flowsim.kernels.ingest import trace_gpu_key
-from flowsim.nccl_models import predict
+from flowsim.step import CollectivePricer
 from flowsim.units import MiB
 from flowsim.validation.kineto import TraceContents, extract
 from flowsim.validation.trace_events import read_events
@@ -188,15 +187,12 @@ def _transfer_bound(coll: pd.DataFrame) -> pd.Series:
 def _price_collectives(coll: pd.DataFrame, cluster: ClusterConfig, gpu) -> pd.DataFrame:
     if coll.empty:
         return pd.DataFrame(columns=["kind", "op", "shape", "measured_s", "predicted_s", "status", "detail"])
-    cache = {}
+    pricer = CollectivePricer(cluster, gpu)
     pred, detail = [], []
     for r in coll.itertuples():
-        key = (r.op, r.size_bytes, r.n_ranks)
-        if key not in cache:
-            est = predict(r.op, r.size_bytes, group_layout(cluster, gpu, int(r.n_ranks), 1))
-            cache[key] = (est.time_s, f"{est.algo}/{est.proto}")
-        pred.append(cache[key][0])
-        detail.append(f"{r.library} {r.dtype}; flowsim {cache[key][1]}")
+        est = pricer.estimate(r.op, float(r.size_bytes), (int(r.n_ranks), 1, 0))
+        pred.append(0.0 if est is None else est.time_s)
+        detail.append(f"{r.library} {r.dtype}; flowsim {'none' if est is None else f'{est.algo}/{est.proto}'}")
     fastest = _transfer_bound(coll)
     status = np.where(coll.measured_s > WAIT_FACTOR * fastest, "waiting",
                       np.where(coll.compute_overlap > OVERLAP_LIMIT, "overlapped", "transfer"))

@@ -13,7 +13,7 @@ starts when the communication stream is free and the compute stream reaches it, 
 waits for it only at its ``wait`` op (or the end of the step). A prefetched collective (``issue`` set) may
 start from the compute clock at its ``issue`` op. While a collective runs it holds ``n_ctas`` SMs and slows
 the compute beside it to ``1 - n_ctas / sm_count`` of its speed: the rule of
-:func:`flowsim.step.simulate.overlapped_s`, applied kernel by kernel (compute already timed before a
+:func:`flowsim.step.overlap.slowed_end_s`, applied kernel by kernel (compute already timed before a
 prefetched collective is reached in capture order is not slowed: an approximation).
 
 Pipeline (several stages, one captured rank each, in stage order): each stage's ops split into its forward
@@ -35,12 +35,10 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from flowsim.network.comm_layout import group_layout
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import OP_COLUMNS, op_times
-from flowsim.nccl_models import predict
-from flowsim.step.schedule import simulate_pipeline
+from flowsim.step import CollectivePricer, PipelineProgram, StreamOp, run_pipeline, run_streams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +169,8 @@ def simulate_workload(workload, cluster, *, gpu: str | None = None, schedule: st
         workload = load(workload)
     cl = _cluster(cluster, workload.world_size, gpu)
     spec = get_gpu(gpu or cl.gpu)
-    pricer = _Pricer(workload.groups, cl, spec)
-    priced = [pricer.stage(st.rank, st.ops, s) for s, st in enumerate(workload.stages)]
+    pricer = CollectivePricer(cl, spec)
+    priced = [_price_stage(pricer, workload.groups, st.rank, st.ops, s) for s, st in enumerate(workload.stages)]
     times = [t for t, _ in priced]
     if len(workload.stages) == 1:
         step, bubble, crit, pipe = _timeline(workload.ops, times[0], priced[0][1], spec.sm_count), 0.0, 0, None
@@ -189,57 +187,37 @@ def simulate_workload(workload, cluster, *, gpu: str | None = None, schedule: st
             comm_s[o["op"]] = comm_s.get(o["op"], 0.0) + float(t)
     return WorkloadResult(step_time_s=step, compute_s=compute_s, comm_s=comm_s,
                           exposed_comm_s=step - compute_s - bubble, bubble_s=bubble, op_time_s=times,
-                          collectives=pricer.table(), pipeline=pipe)
+                          collectives=_collective_table(pricer), pipeline=pipe)
 
 
-class _Pricer:
-    """Seconds of every op of a stage on one cluster; identical collectives are priced once."""
+def _price_stage(pricer: CollectivePricer, groups: dict, rank: int, ops: list, index: int) -> tuple:
+    """``(times, ests)`` of stage ``index`` (captured rank ``rank``): seconds of each op, and each collective's
+    NCCL estimate (None for compute rows and collectives that move nothing), counted in the stage's calls."""
+    times, ests = np.zeros(len(ops)), [None] * len(ops)
+    comp = [o["type"] == "compute" for o in ops]
+    if any(comp):
+        frame = pd.DataFrame([{c: o.get(c, 0) for c in OP_COLUMNS} for o in ops if o["type"] == "compute"])
+        frame["causal"] = frame["causal"].astype(bool)
+        times[np.array(comp)] = op_times(frame, pricer.gpu)
+    for i, o in enumerate(ops):
+        if o["type"] == "comm" and o["size_bytes"] > 0 and ("peer" in o or len(groups[o["group"]]) > 1):
+            if "peer" in o:  # point to point: the pair of ranks, whatever group carried it
+                pair = sorted((rank, o["peer"]))
+                span, label = (2, max(pair[1] - pair[0], 1), pair[0]), f"peer {o['peer']}"
+            else:
+                first, stride = _stride(groups[o["group"]], o["group"])
+                span, label = (len(groups[o["group"]]), stride, first), o["group"]
+            ests[i] = pricer.price(o["op"], float(o["size_bytes"]), span, (index, label, span))
+            times[i] = ests[i].time_s
+    return times, ests
 
-    def __init__(self, groups: dict, cluster, spec):
-        self.groups, self.cluster, self.spec = groups, cluster, spec
-        self.layouts, self.ests, self.calls = {}, {}, {}
 
-    def stage(self, rank: int, ops: list, index: int) -> tuple:
-        """``(times, ests)`` of stage ``index`` (captured rank ``rank``): seconds of each op, and each
-        collective's NCCL estimate (None for compute rows and collectives that move nothing)."""
-        times, ests = np.zeros(len(ops)), [None] * len(ops)
-        comp = [o["type"] == "compute" for o in ops]
-        if any(comp):
-            frame = pd.DataFrame([{c: o.get(c, 0) for c in OP_COLUMNS} for o in ops if o["type"] == "compute"])
-            frame["causal"] = frame["causal"].astype(bool)
-            times[np.array(comp)] = op_times(frame, self.spec)
-        for i, o in enumerate(ops):
-            if o["type"] == "comm" and o["size_bytes"] > 0 and ("peer" in o or len(self.groups[o["group"]]) > 1):
-                ests[i] = self._estimate(o, rank, index)
-                times[i] = ests[i].time_s
-        return times, ests
-
-    def _estimate(self, o: dict, rank: int, index: int):
-        """NCCL estimate of collective row ``o`` of stage ``index``, counted in the stage's calls."""
-        if "peer" in o:  # point to point: the pair of ranks, whatever group carried it
-            pair = sorted((rank, o["peer"]))
-            span = (pair[0], max(pair[1] - pair[0], 1), 2)  # first, stride, n
-        else:
-            first, stride = _stride(self.groups[o["group"]], o["group"])
-            span = (first, stride, len(self.groups[o["group"]]))
-        if span not in self.layouts:
-            self.layouts[span] = group_layout(self.cluster, self.spec, span[2], span[1], first_rank=span[0])
-        key = (o["op"], float(o["size_bytes"]), span)
-        if key not in self.ests:
-            self.ests[key] = predict(o["op"], float(o["size_bytes"]), self.layouts[span])
-        group = f"peer {o['peer']}" if "peer" in o else o["group"]
-        count_key = (index, key, group)
-        self.calls[count_key] = self.calls.get(count_key, 0) + 1
-        return self.ests[key]
-
-    def table(self) -> pd.DataFrame:
-        """One row per distinct (stage, op, size, group) priced."""
-        rows = []
-        for (stage, key, group), n in self.calls.items():
-            e = self.ests[key]
-            rows.append(dict(stage=stage, op=key[0], size_bytes=key[1], group=group, n_ranks=e.n_ranks,
-                             algo=e.algo, proto=e.proto, time_s=e.time_s, count_per_step=n))
-        return pd.DataFrame(rows)
+def _collective_table(pricer: CollectivePricer) -> pd.DataFrame:
+    """One row per distinct (stage, op, size, group) priced."""
+    rows = [dict(stage=stage, op=op, size_bytes=size, group=group, n_ranks=e.n_ranks, algo=e.algo, proto=e.proto,
+                 time_s=e.time_s, count_per_step=n)
+            for ((stage, group, _span), op, size), (e, n) in pricer.calls.items()]
+    return pd.DataFrame(rows)
 
 
 def _pipeline(workload, priced: list, sm_count: int, schedule: str) -> PipelineResult:
@@ -255,7 +233,7 @@ def _pipeline(workload, priced: list, sm_count: int, schedule: str) -> PipelineR
             if "peer" in o and t > p2p_s:
                 p2p_s, p2p_bytes = float(t), float(o["size_bytes"])
     fwd, bwd, tail = np.array(fwd), np.array(bwd), np.array(tail)
-    tl = simulate_pipeline(schedule, m, fwd[:, None], bwd[:, None], p2p_s)
+    tl = run_pipeline(PipelineProgram(schedule, m, fwd[:, None], bwd[:, None], p2p_s)).timeline
     return PipelineResult(schedule=schedule, microbatches=m, fwd_s=fwd, bwd_s=bwd, tail_s=tail, end_s=tl.end_s,
                           p2p_s=p2p_s, p2p_bytes=p2p_bytes, critical_stage=int(np.argmax(tl.end_s + tail)))
 
@@ -315,41 +293,14 @@ def _timeline_of(ops: list, times, ests: list, idx: list, sm_count: int) -> floa
 
 
 def _timeline(ops, times, ests, sm_count: int) -> float:
-    """Step end of the two-stream timeline of the module docstring, seconds."""
-    t = 0.0            # compute stream clock
-    comm_free = 0.0    # communication stream free from
-    comm_share = 0.0   # share of SMs held by the collectives queued until comm_free
-    waits = {}         # op index -> latest end of the async collectives it waits for
-    tail = 0.0         # latest end of collectives waited at the end of the step
-    clock = []         # compute clock at the start of each op
+    """Step end of the two-stream timeline of the module docstring (:func:`flowsim.step.streams.run_streams`),
+    seconds."""
+    prog = []
     for i, (o, dt) in enumerate(zip(ops, times)):
-        t = max(t, waits.pop(i, 0.0))
-        clock.append(t)
         if o["type"] == "compute":
-            t = _slowed(t, float(dt), comm_free, comm_share)
-            continue
-        share = (ests[i].n_ctas / sm_count) if ests[i] is not None else 0.0
-        ready = clock[o.get("issue", i)]  # a prefetched collective may start at an earlier op
-        # the stream is idle: this collective alone holds SMs; else it queues behind the running ones
-        comm_share = share if ready >= comm_free else max(comm_share, share)
-        comm_free = max(ready, comm_free) + float(dt)
-        if o["blocking"]:
-            t = comm_free
-        elif o["wait"] is None or o["wait"] >= len(ops):
-            tail = max(tail, comm_free)
+            prog.append(StreamOp(float(dt)))
         else:
-            waits[o["wait"]] = max(waits.get(o["wait"], 0.0), comm_free)
-    return max(t, tail, *waits.values()) if waits else max(t, tail)
-
-
-def _slowed(t: float, work_s: float, comm_end: float, share: float) -> float:
-    """End of a kernel of ``work_s`` full-speed seconds started at ``t`` while communication holding
-    ``share`` of the SMs runs until ``comm_end`` (:func:`flowsim.step.simulate.overlapped_s`'s rule)."""
-    r = max(1.0 - share, 0.0)
-    if comm_end <= t or share == 0.0:
-        return t + work_s
-    if r == 0.0:
-        return comm_end + work_s
-    if (comm_end - t) * r >= work_s:
-        return t + work_s / r
-    return comm_end + work_s - (comm_end - t) * r
+            prog.append(StreamOp(float(dt), comm=True, blocking=bool(o["blocking"]), wait=o["wait"],
+                                 issue=o.get("issue", i),
+                                 share=(ests[i].n_ctas / sm_count) if ests[i] is not None else 0.0))
+    return run_streams(prog).end_s_total

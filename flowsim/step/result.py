@@ -3,7 +3,34 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """What a trace needs (see :mod:`flowsim.export.trace`, :mod:`flowsim.export.chakra`): the pipeline schedule (seconds),
+    the p2p time and bytes, the layers (and MoE layers) of each chunk and how many of each re-run their
+    ``recompute`` ops, the op table with each op's seconds
+    and the row span of each block, each layer block's collectives with their estimates, the group sizes,
+    each stage's exposed data-parallel and optimizer seconds, and ``block_runs``: per block name, int64[p, 3],
+    how many times one GPU of each stage runs the block's ``fwd``, ``bwd`` and ``recompute`` ops per step."""
+
+    pipeline: PipelineTimeline
+    p2p_s: float
+    p2p_bytes: float
+    chunk_layers: np.ndarray
+    chunk_moe_layers: np.ndarray
+    chunk_recompute_layers: np.ndarray
+    chunk_recompute_moe_layers: np.ndarray
+    ops: pd.DataFrame
+    op_time_s: np.ndarray
+    spans: dict
+    comms: dict
+    group_sizes: dict
+    dp_exposed_s: tuple
+    optimizer_s: tuple
+    block_runs: dict
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,139 @@
+"""Pass times of a parametric workload's blocks: one micro-batch through a layer, the embedding, the LM head.
+
+A block (:class:`flowsim.model.ops.OpSet`) holds compute ops, each priced by the kernel model, and the collectives
+its parallel dimensions imply, priced by the step's :class:`flowsim.step.pricer.CollectivePricer`. Per phase
+(``fwd``, ``bwd``, ``recompute``) a block costs its compute plus the exposed part of its collectives:
+
+* tensor-parallel collectives block the compute stream, except those that overlap the input-gradient GEMMs
+  (``overlap == "dgrad"``) and, with ``tp_comm_overlap`` (Transformer Engine userbuffers), all of them beside the
+  GEMMs on ``TP_OVERLAP_SMS`` SMs;
+* context-parallel transfers run beside the attention kernels (ring attention), except blocking ones;
+* expert all-to-alls (and the ETP / all-gather dispatcher collectives) sit between the router and the experts
+  and are exposed.
+
+Overlapped communication slows the compute beside it by the SM-sharing rule (:mod:`flowsim.step.overlap`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from flowsim.step.overlap import overlapped_s
+from flowsim.step.pricer import CollectivePricer
+
+# Transformer Engine userbuffers (TP comm overlap) run their pipelined reduce-scatter kernels on 16 SMs
+# (``num_sm=16`` default of ``add_ub`` in transformer_engine/pytorch/module/base.py ``initialize_ub``).
+TP_OVERLAP_SMS = 16
+PHASES = ("fwd", "bwd", "recompute")
+EXPERT_GROUPS = ("ep", "etp", "tpep")
+
+
+def ops_frame(wl) -> tuple[pd.DataFrame, dict]:
+    """All compute ops of the workload's blocks in one table, and the row span (slice) of each block."""
+    blocks = {"layer": wl.layer, "embedding": wl.embedding, "head": wl.head}
+    if wl.moe_layer is not None:
+        blocks["moe_layer"] = wl.moe_layer
+    frames, spans, start = [], {}, 0
+    for name, ops in blocks.items():
+        frames.append(ops.compute)
+        spans[name] = slice(start, start + len(ops.compute))
+        start += len(ops.compute)
+    return pd.concat(frames, ignore_index=True), spans
+
+
+def _compute_parts(opset, t_ops: np.ndarray, phase: str) -> dict:
+    """Seconds of one micro-batch's compute in ``phase``: all of it, and its weight-gradient GEMMs, GEMMs,
+    input-gradient GEMMs and attention kernels (the parts communication can hide behind)."""
+    c = opset.compute
+    per = t_ops * c["count"].to_numpy()
+    sel = c["phase"].to_numpy() == phase
+    kind = c["kind"].to_numpy()
+    names = c["name"]
+    is_dgrad = np.array([n.endswith(".dgrad") for n in names], dtype=bool)
+    is_wgrad = np.array([n.endswith(".wgrad") for n in names], dtype=bool)
+    return {"all": float(per[sel].sum()), "wgrad": float(per[sel & is_wgrad].sum()),
+            "gemm": float(per[sel & (kind == "gemm")].sum()), "dgrad": float(per[sel & is_dgrad].sum()),
+            "attn": float(per[sel & ((kind == "attn_fwd") | (kind == "attn_bwd"))].sum())}
+
+
+def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
+    """Seconds of one micro-batch's collectives in ``phase`` by how they overlap, and the SMs the overlapped
+    ones hold; ``count`` (block runs per step) only feeds the report's calls per step."""
+    out = dict.fromkeys(("tp_blocking", "tp_dgrad", "cp_total", "cp_blocking", "ep_total"), 0.0)
+    out["dgrad_sms"] = out["cp_sms"] = 0
+    for r in opset.comms:
+        if r.phase != phase:
+            continue
+        dt = comms.time(r.group, r.op, r.size_bytes, r.count * count) * r.count
+        if r.group == "cp" and r.overlap == "none":
+            out["cp_blocking"] += dt
+        elif r.group == "cp":
+            out["cp_total"] += dt
+            out["cp_sms"] = max(out["cp_sms"], comms.ctas(r.group, r.op, r.size_bytes))
+        elif r.group in EXPERT_GROUPS:
+            out["ep_total"] += dt
+        elif r.overlap == "dgrad":
+            out["tp_dgrad"] += dt
+            out["dgrad_sms"] = max(out["dgrad_sms"], comms.ctas(r.group, r.op, r.size_bytes))
+        else:
+            out["tp_blocking"] += dt
+    return out
+
+
+def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int) -> dict:
+    """Per-phase seconds of one block for one micro-batch: ``compute_<phase>``, ``wgrad_<phase>`` and the
+    exposed ``tp_``, ``cp_``, ``ep_<phase>`` communication (module docstring); ``t_ops``: seconds of each of the
+    block's compute ops, ``count``: runs of the block per step (for the report)."""
+    sm = comms.gpu.sm_count
+    out = {}
+    for ph in PHASES:
+        c, m = _compute_parts(opset, t_ops, ph), _comm_parts(opset, comms, ph, count)
+        out[f"compute_{ph}"], out[f"wgrad_{ph}"] = c["all"], c["wgrad"]
+        if tp_comm_overlap:
+            tp = overlapped_s(c["gemm"], m["tp_blocking"] + m["tp_dgrad"], TP_OVERLAP_SMS, sm) - c["gemm"]
+        else:
+            tp = m["tp_blocking"] + overlapped_s(c["dgrad"], m["tp_dgrad"], m["dgrad_sms"], sm) - c["dgrad"]
+        out[f"tp_{ph}"] = tp
+        out[f"cp_{ph}"] = m["cp_blocking"] + overlapped_s(c["attn"], m["cp_total"], m["cp_sms"], sm) - c["attn"]
+        out[f"ep_{ph}"] = m["ep_total"]
+    return out
+
+
+def pass_s(block: dict, phase: str) -> float:
+    """Per-micro-batch seconds of one block in ``phase`` (``fwd``, ``bwd`` or ``recompute``): compute plus its
+    exposed communication."""
+    return block[f"compute_{phase}"] + block[f"tp_{phase}"] + block[f"cp_{phase}"] + block[f"ep_{phase}"]
+
+
+def paired_comm(wl, comms: CollectivePricer, kinds) -> tuple:
+    """What DualPipe's F&B pairing can hide (see :func:`flowsim.step.schedule.simulate_pipeline`): the expert
+    all-to-all seconds per micro-batch in each (stage, chunk)'s forward and backward, and the share of the
+    SMs the all-to-all holds (``kinds``: (block times, layers per chunk, recomputed layers per chunk))."""
+    ep_f = sum(n_l * blk["ep_fwd"] for blk, n_l, _ in kinds)
+    ep_b = sum(n_l * blk["ep_bwd"] + n_r * blk["ep_recompute"] for blk, n_l, n_r in kinds)
+    sms = max((comms.ctas(c.group, c.op, c.size_bytes) for c in (wl.moe_layer.comms if wl.moe_layer else ())
+               if c.group == "ep"), default=0)
+    return ep_f, ep_b, sms / comms.gpu.sm_count
+
+
+def block_runs(wl, runs, first, last) -> dict:
+    """Per block, int64[p, 3]: runs of its fwd, bwd and recompute ops by one GPU of each stage per step
+    (``runs``: micro-batches through each chunk; ``first``/``last``: (stage, chunk) of the embedding/head)."""
+    L, R = wl.chunk_layers, wl.chunk_recompute_layers
+    M, RM = wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
+    p = L.shape[0]
+
+    def layers(n, n_rec):
+        per = n @ runs
+        return np.stack([per, per, n_rec @ runs], axis=1).astype(np.int64)
+
+    def ends(chunks):
+        out = np.zeros((p, 3), dtype=np.int64)
+        for s, c in chunks:
+            out[s, :2] += runs[c]
+        return out
+
+    out = {"layer": layers(L - M, R - RM), "embedding": ends(first), "head": ends(last)}
+    if wl.moe_layer is not None:
+        out["moe_layer"] = layers(M, RM)
+    return out

@@ -1,0 +1,186 @@
+"""Data-parallel communication of a step: the gradient reduction, the parameter gather, ZeRO-3/FSDP per layer.
+
+Gradients are reduced in buckets of :func:`grad_bucket_bytes` (Megatron-LM DDP / PyTorch DDP). A chunk's
+gradients become final during the last micro-batch's backward through it; buckets are taken to be ready evenly
+over that window and are reduced one after another on the communication stream. What runs past the end of the
+stage's last backward is exposed; the part that ran beside the backward pass slowed it by the SMs it held
+(:mod:`flowsim.step.overlap`). The distributed optimizer's parameter all-gather overlaps the next step's
+forward (``overlap_param_gather``) except for its first bucket. With ``comm_engine: flow`` the reduction and the
+gather share the network with the pipeline sends and expert all-to-alls of their windows
+(:func:`flowsim.step.flows.cross_kind_extra_s`).
+
+ZeRO-3 / FSDP instead gathers each layer's weights (forward and backward) and reduce-scatters its gradients
+per layer, prefetched one layer ahead (:func:`fsdp_exposed`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s
+from flowsim.step.overlap import overlapped_s
+
+GRAD_REDUCE_BYTES = 4   # Megatron-LM reduces fp32 gradients (accumulate_allreduce_grads_in_fp32 with bf16)
+# Megatron-core DDP's default bucket (megatron/core/distributed/distributed_data_parallel.py, the
+# DistributedDataParallelConfig.bucket_size docstring): max(40M, 1M x data-parallel size) parameters
+MEGATRON_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25 (MiB)
+PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weights
+
+
+def zero_level(t) -> int:
+    """Degree of state sharding: ``zero_stage``, at least 1 with the distributed optimizer."""
+    return max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
+
+
+def shard_group(t) -> str:
+    """Group of the ZeRO/FSDP gathers and reduce-scatters: ``dps`` with hybrid sharding, else all of ``dp``."""
+    return "dps" if t.dp_shard < t.dp * t.cp else "dp"
+
+
+def grad_bucket_bytes(cfg, wl, stage: int) -> float:
+    """Bytes of gradient per bucket of the overlapped data-parallel reduction of ``stage``:
+    ``bucket_size_bytes`` when set; with ZeRO-2 (FSDP ``SHARD_GRAD_OP``, which reduce-scatters each wrapped
+    block's gradients) one layer's parameters; PyTorch DDP's 25 MiB for eager PyTorch without ZeRO; else
+    Megatron-core's default of ``max(40e6, 1e6 * dp * cp)`` parameters (bigger buckets for bigger groups
+    keep the collectives from being latency-bound, as its docstring says); ``GRAD_REDUCE_BYTES`` each."""
+    t = cfg.training
+    if t.bucket_size_bytes:
+        return float(t.bucket_size_bytes)
+    if t.zero_stage >= 2:
+        return wl.stage_params[stage] / max(int(wl.chunk_layers[stage].sum()), 1) * GRAD_REDUCE_BYTES
+    if t.kernel_fusion == "eager" and t.zero_stage == 0 and not t.use_distributed_optimizer:
+        return float(TORCH_DDP_BUCKET_BYTES)
+    return float(max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * t.dp * t.cp) * GRAD_REDUCE_BYTES)
+
+
+def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, float, float]:
+    """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters over
+    the shard group, prefetched one layer ahead so that each runs beside the neighbouring layer's compute
+    (which it slows). With hybrid sharding the reduced shard is then all-reduced across the replicas on a stream
+    of its own (FSDP2's ``all_reduce_stream``), so a layer's backward communication lasts the longer of the shard
+    group's gather + reduce-scatter and the replicas' all-reduce. With ``comm_engine: flow`` these collectives
+    run in one simulation with the stage's expert all-to-alls and pipeline sends of the layer's window
+    (:func:`flowsim.step.flows.layer_cross_kind_extra_s`): each takes longer by its extra, and so do the
+    all-to-alls, which lengthen the layer. Returns the extra forward and backward seconds per layer and the first
+    layer's gather, which nothing hides."""
+    t = cfg.training
+    per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
+    m = cfg.num_microbatches
+    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * GRAD_REDUCE_BYTES
+    g = shard_group(t)
+    ag = comms.time(g, "allgather", ag_bytes, 2 * m)
+    rs = comms.time(g, "reducescatter", rs_bytes, m)
+    ar = comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m)
+    sms = max(comms.ctas(g, "allgather", ag_bytes), comms.ctas(g, "reducescatter", rs_bytes),
+              comms.ctas("dpr", "allreduce", rs_bytes / t.dp_shard))
+    sm = comms.gpu.sm_count
+    # seconds of communication beside a layer's forward and backward, and of its all-to-alls' extra
+    comm_f, comm_b, ep_f, ep_b = ag, max(ag + rs, ar), 0.0, 0.0
+    if t.comm_engine == "flow":  # the layer's all-to-alls and the stage's sends share the network with them
+        gather, scatter = (g, 0, "allgather", ag_bytes), (g, 0, "reducescatter", rs_bytes)
+        replicas = (("dpr", 0, "allreduce", rs_bytes / t.dp_shard),) if ar > 0 else ()
+        x_f, ep_f = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "fwd", (gather,), 1)
+        x_b, ep_b = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "bwd", (gather, scatter) + replicas, 2)
+        comm_f, comm_b = ag + x_f[0], max(ag + rs + x_b[0] + x_b[1], ar + sum(x_b[2:]))
+    return (overlapped_s(layer_fwd_s, comm_f, sms, sm) - layer_fwd_s + ep_f,
+            overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
+
+
+def _reduction_parts(t, wl, comms, stage: int) -> list:
+    """(group, op, parameters, bytes factor) of a stage's gradient reduction: dense weights over the data- and
+    context-parallel ranks (with hybrid sharding reduce-scattered in the shard group, then the shard all-reduced
+    across the replicas), routed experts over the expert-data-parallel ranks; parts on one rank left out."""
+    zero = zero_level(t)
+    op = "reducescatter" if zero >= 1 else "allreduce"
+    n_dense, n_expert = wl.stage_params[stage], wl.stage_expert_params[stage]
+    parts = ((shard_group(t) if zero >= 1 else "dp", op, n_dense, 1.0),
+             ("dpr", "allreduce", n_dense if zero >= 1 else 0.0, 1.0 / t.dp_shard),
+             ("edp", op, n_expert, 1.0))
+    return [p for p in parts if p[2] > 0 and comms.groups[p[0]][0] > 1]
+
+
+def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
+    """Per part: seconds of each reduction bucket and SMs held; per reduce-scattered part: seconds of each
+    parameter-gather bucket and SMs held."""
+    times, sms, g_times, g_sms = [], [], [], []
+    for g, g_op, n, factor in parts:
+        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / grad_bucket_bytes(cfg, wl, stage))))
+        size = n * GRAD_REDUCE_BYTES * factor / nb
+        times.append(np.full(nb, comms.time(g, g_op, size, nb)))
+        sms.append(comms.ctas(g, g_op, size))
+        if g_op == "reducescatter":
+            gsize = n * PARAM_GATHER_BYTES / nb
+            g_times.append(np.full(nb, comms.time(g, "allgather", gsize, nb)))
+            g_sms.append(comms.ctas(g, "allgather", gsize))
+    return times, sms, g_times, g_sms
+
+
+def _grad_exposed(cfg, wl, comms, timeline, stage, parts, times, sms) -> tuple[float, float]:
+    """Exposed seconds of the gradient reduction and the extra its window's all-to-alls take (flow engine)."""
+    t = cfg.training
+    bucket_s = np.concatenate(times)  # in the order the reduction issues them
+    end = timeline.end_s[stage]
+    ready = bucket_ready(timeline, stage, bucket_s.size) if t.overlap_grad_reduce else np.full(bucket_s.size, end)
+    ep_extra = 0.0
+    if t.comm_engine == "flow":  # the other kinds' traffic in the reduction's window slows both sides
+        reduction = tuple((g, stage, g_op, n * GRAD_REDUCE_BYTES * factor) for g, g_op, n, factor in parts)
+        extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, reduction, float(ready.min()),
+                                             stream_end_s(bucket_s, ready))
+        bucket_s = np.concatenate([a + x / a.size for a, x in zip(times, extra)])
+    total = float(bucket_s.sum())
+    exposed = max(0.0, stream_end_s(bucket_s, ready) - end)
+    # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
+    return exposed + (total - exposed) * max(sms) / comms.gpu.sm_count, ep_extra
+
+
+def _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms) -> tuple[float, float]:
+    """Exposed seconds of the parameter all-gather and the extra of the all-to-alls beside it (flow engine)."""
+    t = cfg.training
+    ep_extra = 0.0
+    if t.overlap_param_gather and t.comm_engine == "flow":  # beside the next step's first forward passes
+        gather = tuple((g, stage, "allgather", n * PARAM_GATHER_BYTES) for g, g_op, n, _ in parts
+                       if g_op == "reducescatter")
+        t0 = float(timeline.start_s[stage].min())
+        extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, gather, t0,
+                                             t0 + float(sum(a.sum() for a in g_times)))
+        g_times = [a + x / a.size for a, x in zip(g_times, extra)]
+    gather_s = np.concatenate(g_times)
+    if t.overlap_param_gather:
+        return float(gather_s[0] + gather_s[1:].sum() * max(g_sms) / comms.gpu.sm_count), ep_extra
+    return float(gather_s.sum()), ep_extra
+
+
+def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, float]:
+    """Exposed gradient reduction, parameter gathering and cross-kind slow-down of one stage, seconds per step
+    (module docstring); all zero with ZeRO-3 (:func:`fsdp_exposed` prices its per-layer collectives)."""
+    if zero_level(cfg.training) >= 3:
+        return 0.0, 0.0, 0.0
+    parts = _reduction_parts(cfg.training, wl, comms, stage)
+    if not parts:
+        return 0.0, 0.0, 0.0
+    times, sms, g_times, g_sms = _buckets(cfg, wl, comms, stage, parts)
+    grad, ep_extra = _grad_exposed(cfg, wl, comms, timeline, stage, parts, times, sms)
+    gather = 0.0
+    if g_times:
+        gather, g_ep = _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms)
+        ep_extra += g_ep
+    return grad, gather, ep_extra
+
+
+def bucket_ready(timeline, stage, nb) -> np.ndarray:
+    """When each of ``nb`` gradient buckets of a stage is ready, seconds: evenly over the last backward of its
+    chunk (chunks in order of completion)."""
+    starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
+    order = np.argsort(ends)
+    per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
+    chunk = np.repeat(order, per_chunk)
+    j = np.concatenate([np.arange(1, k + 1) for k in per_chunk])
+    return starts[chunk] + (ends[chunk] - starts[chunk]) * j / np.repeat(per_chunk, per_chunk)
+
+
+def stream_end_s(bucket_s, ready) -> float:
+    """End of buckets reduced one after another on one stream, seconds: ``finish_k = max(finish_{k-1},
+    ready_k) + t_k``, i.e. ``S_n + max_k (ready_k - S_{k-1})`` with ``S_k`` the cumulative bucket seconds."""
+    before = np.concatenate([[0.0], np.cumsum(bucket_s)[:-1]])
+    return float(bucket_s.sum() + np.max(ready - before))
