@@ -29,7 +29,16 @@ def _recompute_label(t: dict) -> str:
     return f"selective[{what}]"
 
 
-def _report(r) -> str:
+def _framework_line(t: dict, applied: tuple) -> list:
+    """The framework profile and the defaults it filled in (none without a ``framework``)."""
+    if not t.get("framework"):
+        return []
+    filled = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in applied)
+    return [f"framework {t['framework']} {t['framework_version']}: profile defaults applied: "
+            + (filled or "none (the config sets every key the profile has)")]
+
+
+def _report(r, applied: tuple = ()) -> str:
     cfg = r.config
     t, c, m = cfg["training"], cfg["cluster"], cfg["model"]
     lines = [
@@ -40,6 +49,7 @@ def _report(r) -> str:
         f"cp={t['context_parallel_size']} ep={t['expert_model_parallel_size']} sp={int(t['sequence_parallel'])}  mbs={t['micro_batch_size']} "
         f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={_recompute_label(t)} "
         f"precision={t['precision']} schedule={t['pipeline_schedule']} kernels={t['kernel_fusion']}",
+        *_framework_line(t, applied),
         "",
         f"step time        {r.step_time_s:10.4f} s",
         f"tokens/s         {r.tokens_per_s:10.4g}",
@@ -185,7 +195,8 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     from flowsim.step.simulate import simulate
 
     imported = _imported(megatron_args, nemo_recipe, hf_config)
-    result = simulate(build_config(imported, config, **overrides))
+    cfg = build_config(imported, config, **overrides)
+    result = simulate(cfg)
     if trace_path:
         from flowsim.export.trace import write_chrome_trace
 
@@ -196,9 +207,11 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
         write_chakra(result, chakra_dir)
     where = _where(result) if show_breakdown else None
     if as_json:
-        echo_json({**result.to_dict(), **({"where": where} if where else {})})
+        applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
+        echo_json({**result.to_dict(), **applied, **({"where": where} if where else {})})
     else:
-        click.echo(_report(result) + (_where_report(where, result.step_time_s) if where else ""))
+        click.echo(_report(result, cfg.framework_defaults)
+                   + (_where_report(where, result.step_time_s) if where else ""))
 
 
 def _imported(megatron_args, nemo_recipe, hf_config) -> dict | None:

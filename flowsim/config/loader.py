@@ -182,6 +182,26 @@ def _flatten(data: Mapping, into: dict) -> None:
             into.setdefault(sec, {})[key] = value
 
 
+def _apply_profile(values: dict, explicit: dict) -> tuple:
+    """Fill the framework profile's defaults (:mod:`flowsim.model.profiles`) into ``values`` wherever the
+    config sources did not set the key (``explicit``: the merged user keys per section; preset values yield to
+    the profile); returns the ``(key, value)`` pairs filled."""
+    t = values["training"]
+    if not t.get("framework"):
+        return ()
+    from flowsim.model.profiles import canonical_framework, profile
+
+    t["framework"] = canonical_framework(t["framework"])
+    prof = profile(t["framework"], t.get("framework_version", ""))
+    t["framework_version"] = prof.framework_version
+    applied = []
+    for sec, key, value in prof.defaults:
+        if key not in explicit[sec]:
+            values[sec][key] = _coerce(sec, key, value)
+            applied.append((key, values[sec][key]))
+    return tuple(applied)
+
+
 def build_config(*sources: Mapping | str | Path | None, **overrides: Any) -> SimConfig:
     """Merge config sources left to right, then ``overrides``; resolve presets; validate.
 
@@ -225,6 +245,7 @@ def build_config(*sources: Mapping | str | Path | None, **overrides: Any) -> Sim
                     raise ConfigError(k, f"unknown key in {sec} preset {presets[sec]}")
         base.update(merged[sec])
         values[sec] = {k: _coerce(sec, k, v) for k, v in base.items()}
+    applied = _apply_profile(values, merged)
 
     if "num_gpus" not in values["cluster"]:
         t = values["training"]
@@ -240,7 +261,7 @@ def build_config(*sources: Mapping | str | Path | None, **overrides: Any) -> Sim
     except TypeError as e:  # a required field is missing
         missing = str(e).split("'")[1] if "'" in str(e) else str(e)
         raise ConfigError(missing, "required field is missing") from None
-    cfg = SimConfig(model=model, cluster=cluster, training=training)
+    cfg = SimConfig(model=model, cluster=cluster, training=training, framework_defaults=applied)
     model.validate()
     training.validate()
     cluster.validate()

@@ -68,6 +68,10 @@ class ModelConfig:
     hidden_dropout : float
         Dropout probability after attention and MLP (Megatron ``--hidden-dropout``); > 0 adds the dropout
         kernels and their 1-byte masks to memory.
+    attention_dropout : float
+        Dropout probability on the attention probabilities (Megatron ``--attention-dropout``); > 0 adds, with
+        unfused attention, a dropout kernel over the ``s x s`` scores and its 1-byte mask (FlashAttention
+        draws the mask inside its kernels and keeps none).
     name : str
         Preset name, for display.
     """
@@ -86,6 +90,7 @@ class ModelConfig:
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
     num_moe_experts: int = 0
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int = 0
@@ -150,8 +155,9 @@ class ModelConfig:
         if not self.is_moe and (self.moe_shared_expert_intermediate_size or self.moe_first_k_dense):
             raise ConfigError("num_moe_experts", "MoE options need a mixture-of-experts model (num_moe_experts > 0)",
                               0)
-        if not 0.0 <= self.hidden_dropout < 1.0:
-            raise ConfigError("hidden_dropout", "must be in [0, 1)", self.hidden_dropout)
+        for key in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ConfigError(key, "must be in [0, 1)", getattr(self, key))
         if self.activation not in ACTIVATIONS:
             raise ConfigError("activation", f"must be one of {', '.join(ACTIVATIONS)}", self.activation)
         if self.normalization not in NORMS:

@@ -24,6 +24,9 @@ CP_COMM_TYPES = ("p2p", "all_gather")
 COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
 TOKEN_DISPATCHERS = ("alltoall", "allgather")
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
+CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
+HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,20 @@ class TrainingConfig:
         rotary, cross-entropy) or ``eager`` (plain PyTorch modules without torch.compile: every elementwise
         op of a norm, activation, rotary embedding, residual and loss is a kernel of its own that reads and
         writes its tensors; :mod:`flowsim.eager_ops`).
+    framework, framework_version : str
+        The training framework and its release (:mod:`flowsim.model.profiles`; ``nemo`` and ``megatron-bridge``
+        are ``megatron-core``): the release's documented defaults fill every key the config does not set.
+        Empty (default): no profile.
+    grad_reduce_dtype : str
+        Dtype of the data-parallel gradient reduction: ``fp32`` (default; Megatron-LM with bf16), ``bf16``,
+        ``fp16``.
+    cuda_graphs : str
+        CUDA graphs: ``none`` (default), ``layer`` (a forward and a backward graph per layer and micro-batch,
+        Transformer Engine ``make_graphed_callables``) or ``full_iteration`` (Megatron-core
+        ``FullCudaGraphWrapper``); they replace the per-kernel host costs by graph launches.
+    host_overhead : str
+        CPU cost of issuing kernels (:mod:`flowsim.model.host_costs`, priced on the cluster's ``cpu``):
+        ``none`` (default: the GPU never waits for the CPU), ``eager``, ``megatron``, ``te`` or ``compiled``.
     """
 
     tensor_model_parallel_size: int = 1
@@ -162,6 +179,11 @@ class TrainingConfig:
     use_flash_attn: bool = True
     kernel_fusion: str = "fused"
     overlap_comm_sms: int = 0
+    framework: str = ""
+    framework_version: str = ""
+    grad_reduce_dtype: str = "fp32"
+    cuda_graphs: str = "none"
+    host_overhead: str = "none"
 
     @property
     def tp(self) -> int:
@@ -272,6 +294,16 @@ class TrainingConfig:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:
             raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
+        for key, allowed in (("grad_reduce_dtype", GRAD_REDUCE_DTYPES), ("cuda_graphs", CUDA_GRAPH_SCOPES),
+                             ("host_overhead", HOST_MODES)):
+            if getattr(self, key) not in allowed:
+                raise ConfigError(key, f"must be one of {', '.join(allowed)}", getattr(self, key))
+        if self.framework:
+            from flowsim.model.profiles import profile
+
+            profile(self.framework, self.framework_version)  # an unknown framework or release raises
+        elif self.framework_version:
+            raise ConfigError("framework_version", "needs framework", self.framework_version)
         if not self.bucket_size_bytes >= 0:
             raise ConfigError("bucket_size_bytes", "must be >= 0 (0 = the framework's default)",
                               self.bucket_size_bytes)

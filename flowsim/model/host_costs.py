@@ -27,17 +27,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from flowsim.config.cluster import CPUS as CPU_FAMILIES
+from flowsim.config.training import CUDA_GRAPH_SCOPES, HOST_MODES
 from flowsim.errors import ConfigError
 from flowsim.step.host import graphed_host_s
 from flowsim.units import US
-
-HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
-"""Values of ``TrainingConfig.host_overhead`` (``none``: no host model, the GPU never waits)."""
-CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
-"""Values of ``TrainingConfig.cuda_graphs``: per-layer graphs (TE ``make_graphed_callables``, one forward and
-one backward graph per layer and micro-batch) or one graph for the whole iteration (Megatron-core
-``FullCudaGraphWrapper``)."""
-CPU_FAMILIES = ("intel", "amd", "arm")
 
 
 class HostCosts(NamedTuple):

@@ -1,0 +1,119 @@
+"""Framework profiles: the defaults a framework release runs with, from ``data/framework_profiles.csv``.
+
+One row per framework release (``framework``, ``framework_version``), each default citing the framework's
+source file at that release (``sources`` column). ``framework`` (and optionally ``framework_version``) in a
+config select a row; :func:`flowsim.config.build_config` fills every key of the row the config does not set
+itself (explicit keys always win; the profile wins over a model preset, which describes the model, not the
+run). An empty cell means the release has no single default (it differs by model recipe or workload): the
+key keeps flowsim's own default. Without ``framework_version`` the framework's newest release in the file is
+used (rows are in release order).
+
+Columns and the config keys they set:
+
+* ``attention_impl`` (``flash`` / ``unfused``) -> ``use_flash_attn``;
+* ``attention_dropout``, ``hidden_dropout`` -> the model keys of the same names;
+* ``kernel_fusion`` (``fused``: Megatron / Transformer Engine kernels, ``eager``: plain PyTorch modules);
+* ``overlap_grad_reduce``, ``overlap_param_gather``, ``tp_comm_overlap`` (0/1);
+* ``cuda_graphs`` (``none``, ``layer``, ``full_iteration``), ``grad_reduce_dtype`` (``fp32``, ``bf16``, ``fp16``);
+* ``host_overhead``: the host-cost mode (:mod:`flowsim.model.host_costs`).
+"""
+from __future__ import annotations
+
+import csv
+import functools
+from importlib import resources
+from typing import NamedTuple
+
+from flowsim.errors import ConfigError
+
+FRAMEWORK_ALIASES = {"nemo": "megatron-core", "megatron-bridge": "megatron-core"}
+"""Names accepted for ``framework`` besides the file's own: NeMo and Megatron-Bridge run Megatron-core."""
+
+PROFILE_KEYS = {
+    # column: (config section, config key, cell -> value)
+    "attention_impl": ("training", "use_flash_attn", lambda v: {"flash": True, "unfused": False}[v]),
+    "attention_dropout": ("model", "attention_dropout", float),
+    "hidden_dropout": ("model", "hidden_dropout", float),
+    "kernel_fusion": ("training", "kernel_fusion", str),
+    "overlap_grad_reduce": ("training", "overlap_grad_reduce", lambda v: bool(int(v))),
+    "overlap_param_gather": ("training", "overlap_param_gather", lambda v: bool(int(v))),
+    "tp_comm_overlap": ("training", "tp_comm_overlap", lambda v: bool(int(v))),
+    "cuda_graphs": ("training", "cuda_graphs", str),
+    "grad_reduce_dtype": ("training", "grad_reduce_dtype", str),
+    "host_overhead": ("training", "host_overhead", str),
+}
+"""Profile columns -> (config section, key, conversion of a non-empty cell)."""
+
+
+class Profile(NamedTuple):
+    """One framework release.
+
+    Attributes
+    ----------
+    framework, framework_version : str
+        The row's keys.
+    defaults : tuple[tuple[str, str, object], ...]
+        ``(section, key, value)`` for every non-empty cell, in column order.
+    sources : str
+        Where each default comes from (file and release of the framework's code or configs).
+    """
+
+    framework: str
+    framework_version: str
+    defaults: tuple
+    sources: str
+
+
+@functools.lru_cache(maxsize=1)
+def _rows() -> tuple:
+    text = resources.files("flowsim.model").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
+    out = []
+    for r in csv.DictReader(text.splitlines()):
+        defaults = tuple((sec, key, conv(r[col].strip())) for col, (sec, key, conv) in PROFILE_KEYS.items()
+                         if r[col].strip())
+        out.append(Profile(r["framework"], r["framework_version"], defaults, r["sources"]))
+    return tuple(out)
+
+
+def frameworks() -> tuple:
+    """Framework names of the data file, in file order (aliases: :data:`FRAMEWORK_ALIASES`)."""
+    return tuple(dict.fromkeys(p.framework for p in _rows()))
+
+
+def releases(framework: str) -> tuple:
+    """Releases of ``framework`` in the data file, oldest first."""
+    name = canonical_framework(framework)
+    return tuple(p.framework_version for p in _rows() if p.framework == name)
+
+
+def canonical_framework(framework: str) -> str:
+    """The data file's name of ``framework`` (an alias resolved); ConfigError naming the allowed values."""
+    name = FRAMEWORK_ALIASES.get(framework, framework)
+    if name not in frameworks():
+        allowed = ", ".join(frameworks() + tuple(FRAMEWORK_ALIASES))
+        raise ConfigError("framework", f"unknown framework; known: {allowed}", framework)
+    return name
+
+
+def profile(framework: str, framework_version: str = "") -> Profile:
+    """The profile of a release (the framework's newest one when ``framework_version`` is empty).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown framework, or a release the file does not list for it (the message lists the known ones).
+    """
+    name = canonical_framework(framework)
+    rows = [p for p in _rows() if p.framework == name]
+    if not framework_version:
+        return rows[-1]
+    for p in rows:
+        if p.framework_version == framework_version:
+            return p
+    raise ConfigError("framework_version", f"unknown release of {name}; known: {', '.join(releases(name))}",
+                      framework_version)
+
+
+def find_release(framework_version: str) -> Profile | None:
+    """The profile whose ``framework_version`` is exactly this release name, whatever its framework; None if none."""
+    return next((p for p in _rows() if p.framework_version == framework_version), None)

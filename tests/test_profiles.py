@@ -1,0 +1,92 @@
+"""Framework profiles (flowsim.model.profiles): sourced defaults per release, explicit keys win, bad names."""
+import csv
+from importlib import resources
+
+import pytest
+from click.testing import CliRunner
+
+import flowsim
+from flowsim.cli import main
+from flowsim.errors import ConfigError
+from flowsim.model.profiles import PROFILE_KEYS, frameworks, profile, releases
+
+BASE = {"model": "gpt3-175b", "cluster": "dgx-h100", "gpus": 64, "tp": 8, "pp": 8}
+
+
+def _file_rows():
+    text = resources.files("flowsim.model").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+def test_every_default_cites_a_source():
+    for row in _file_rows():
+        for col in PROFILE_KEYS:
+            if row[col].strip():
+                # each filled column is named in the row's sources (alone or in a group like "a/b")
+                assert col in row["sources"] or "overlap" in col and "overlap" in row["sources"] \
+                    or "dropout" in col and "dropout" in row["sources"], (row["framework_version"], col)
+
+
+def test_frameworks_and_releases():
+    assert set(frameworks()) >= {"megatron-lm", "megatron-core", "megatron-deepspeed", "torchtitan",
+                                 "pytorch-fsdp", "llm-foundry"}
+    assert releases("nemo") == releases("megatron-core")
+    assert profile("megatron-bridge").framework_version == releases("megatron-core")[-1]  # newest by default
+
+
+def test_profile_fills_what_the_config_does_not_set():
+    cfg = flowsim.build_config(BASE, framework="megatron-lm", framework_version="megatron-lm-2021-04")
+    t, m = cfg.training, cfg.model
+    assert not t.use_flash_attn and not t.overlap_grad_reduce and t.host_overhead == "megatron"
+    assert m.attention_dropout == 0.1 and m.hidden_dropout == 0.1
+    assert ("use_flash_attn", False) in cfg.framework_defaults
+
+
+def test_explicit_keys_override_the_profile_and_the_profile_overrides_presets():
+    cfg = flowsim.build_config(BASE, framework="torchtitan", use_flash_attn=False, overlap_grad_reduce=False)
+    assert not cfg.training.use_flash_attn and not cfg.training.overlap_grad_reduce
+    keys = dict(cfg.framework_defaults)
+    assert "use_flash_attn" not in keys and "overlap_grad_reduce" not in keys
+    # the gpt3-175b preset's hidden_dropout 0.1 describes the model; torchtitan runs without dropout
+    assert keys["hidden_dropout"] == 0.0 and cfg.model.hidden_dropout == 0.0
+    assert cfg.training.kernel_fusion == "eager" and cfg.training.grad_reduce_dtype == "fp32"
+
+
+def test_no_framework_keeps_flowsims_defaults():
+    cfg = flowsim.build_config(BASE)
+    assert cfg.framework_defaults == () and cfg.training.host_overhead == "none"
+    assert cfg.training.use_flash_attn and cfg.training.overlap_grad_reduce
+
+
+def test_empty_cells_apply_nothing():
+    p = profile("nemo", "nemo-24.07")  # dropout differs by model recipe in that release
+    assert not any(key in ("hidden_dropout", "attention_dropout") for _, key, _ in p.defaults)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"framework": "fastllm"}, "framework: unknown framework; known: megatron-lm"),
+    ({"framework": "torchtitan", "framework_version": "torchtitan-1999"},
+     "framework_version: unknown release of torchtitan; known: torchtitan, torchtitan-2024-12"),
+    ({"framework_version": "nemo-24.07"}, "framework_version: needs framework"),
+    ({"grad_reduce_dtype": "fp8"}, "grad_reduce_dtype: must be one of fp32, bf16, fp16"),
+    ({"cuda_graphs": "always"}, "cuda_graphs: must be one of none, layer, full_iteration"),
+    ({"attention_dropout": 1.5}, "attention_dropout: must be in [0, 1)"),
+])
+def test_bad_input_names_the_key_and_the_allowed_values(bad, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        flowsim.build_config(BASE, **bad)
+
+
+def test_estimate_prints_the_profile_and_its_defaults():
+    args = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100", "--gpus", "64", "--tp", "8", "--pp", "8",
+            "--set", "framework=nemo", "--set", "framework_version=megatron-bridge-25.11",
+            "--set", "overlap_param_gather=false"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("framework "))
+    assert line.startswith("framework megatron-core megatron-bridge-25.11: profile defaults applied:")
+    assert "grad_reduce_dtype=bf16" in line and "overlap_param_gather" not in line
+    js = CliRunner().invoke(main, args + ["--json"])
+    assert '"framework_defaults"' in js.output
+    bad = CliRunner().invoke(main, args[:-6] + ["--set", "framework=deepspeed-x"])
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "framework: unknown framework" in bad.output
