@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from flowsim import units
+import flowsim.units as units
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs.spec import GPUSpec
 
