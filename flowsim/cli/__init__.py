@@ -66,3 +66,8 @@ from flowsim.cli.report_cmd import report  # noqa: E402
 main.add_command(report)
 from flowsim.cli.capture_cmd import capture  # noqa: E402
 main.add_command(capture)
+
+from flowsim.cli.serve_cmd import serve, worker  # noqa: E402
+
+main.add_command(serve)
+main.add_command(worker)
