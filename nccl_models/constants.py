@@ -372,6 +372,8 @@ NVLS_CHANNELS_SM90 = 16  # NCCL 2.30.7 nvls.cc: NVLS execution channels on Hoppe
 NVLS_CHANNELS_SM100_SINGLE_NODE = 24  # NCCL 2.30.7 nvls.cc: Blackwell, one NVLink domain
 NVLS_CHANNELS_SM100_MULTI_NODE = 32  # NCCL 2.30.7 nvls.cc: Blackwell, several nodes
 COLLNET_MAX_LOCAL_RANKS = 8  # NCCL 2.30.7 tuning.cc: CollNet needs <= 8 local ranks
+COLLNET_ARITY_LAT_S = 0.4 * US  # NCCL 2.30.7 tuning.cc: CollNetDirect "0.4 us arity serialization latency" per rank
+COLLNET_DIRECT_SM90_FACTOR = 0.85  # NCCL 2.30.7 tuning.cc: CollNetDirect Simple AllReduce busBw *= .85 on SM >= 90
 LL128_MIN_CC = 70  # NCCL 2.30.7 tuning.cc: LL128 disabled below SM70
 
 # ---------------------------------------------------------------------------------------------

@@ -77,12 +77,19 @@ the slope of time vs size in each chunk-size band gives 168 / 218 / 257 / 275 GB
 _NVLS_SHRINK = ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB))
 
 
-def bw_efficiency(layout: CommLayout) -> float:
-    """Calibrated achieved / formula bandwidth for a communicator (dimensionless, <= 1)."""
+def bw_efficiency(layout: CommLayout, algo: Algo | None = None) -> float:
+    """Calibrated achieved / formula bandwidth for a communicator (dimensionless, <= 1).
+
+    CollNet (``algo`` CollNetDirect / CollNetChain) takes no ``NET_BW_EFFICIENCY``: the switches reduce, so a
+    node's NICs carry the buffer once each way, half of what NCCL's figure would need to fill them (H100 x 64
+    with SHARP: algbw 195.3 GB/s measured against 8 NICs x 50 GB/s, and against NCCL's 200 GB/s CollNetChain
+    figure, ratio 0.98; h100_64gpu_8node_allreduce_sharp_collnetchain_coreweave.txt, 8 GiB); the NIC's achieved
+    fraction, fitted where the NICs are the bottleneck, does not bind.
+    """
     eff = 1.0
     if layout.vendor == "amd" and layout.scaleup_kind == "xgmi_mesh" and layout.n_nodes == 1:
         eff *= RCCL_XGMI_BW_EFFICIENCY
-    if layout.n_nodes > 1:
+    if layout.n_nodes > 1 and algo not in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
         eff *= NET_BW_EFFICIENCY
     return eff
 
@@ -237,7 +244,7 @@ def exec_time_s(coll: Coll, layout: CommLayout, a: Algo, p: Proto, n_bytes: floa
     """
     layout = execution_layout(layout)
     model = cost_model(coll, layout)
-    eff = bw_efficiency(layout)
+    eff = bw_efficiency(layout, a)
     t = nccl_time_s(model, layout, a, p, n_bytes, bw_scale=eff)
     t += pipeline_fill_s(model, layout, a, p, n_bytes, model.algbw_Bps[a, p] * eff)
     if a in (Algo.NVLS, Algo.NVLS_TREE):

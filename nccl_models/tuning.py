@@ -15,7 +15,8 @@ from functools import lru_cache
 import numpy as np
 
 from flowsim.nccl_models.constants import (
-    COLLNET_MAX_LOCAL_RANKS, LL128_MIN_CC, LL_BW_FACTOR, NET_OVERHEAD_S, NVLS_EFFICIENCY, NVLS_MIN_CHANNELS,
+    COLLNET_ARITY_LAT_S, COLLNET_DIRECT_SM90_FACTOR, COLLNET_MAX_LOCAL_RANKS, LL128_MIN_CC, LL_BW_FACTOR,
+    NET_OVERHEAD_S, NVLS_EFFICIENCY, NVLS_MIN_CHANNELS,
     NVLS_RATIO, NVLS_TREE_RATIO_2_18, PAT_BW_FACTOR, PAT_INTER_LAT_DIVISOR, PAT_PER_RANK_LAT_S,
     RING_LL128_BW_FACTOR, RING_LL128_LOW_PPN_FACTOR, RING_LL_FACTOR_OLD, RING_LL_FACTOR_OLD_MULTI,
     RING_PLATEAU_LAT_FACTOR, RING_PLATEAU_LAT_FACTOR_PRE_AMPERE, RING_PLATEAU_MIN_BYTES, SIMPLE_NET_OVERHEAD_FACTOR,
@@ -23,7 +24,7 @@ from flowsim.nccl_models.constants import (
     TREE_LL128_BW_FACTOR_MULTI, TREE_LL128_BW_FACTOR_N1, TREE_LL_BW_DIVISOR, TREE_RATIO, Algo, Coll, Hw, Proto,
     arch_of, tuning_tables,
 )
-from flowsim.nccl_models.graph import Graphs, graphs_of
+from flowsim.nccl_models.graph import Graph, Graphs, graphs_of
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.versions import (
     NVLS_EFFICIENCY_SINCE, NVLS_TREE_RATIO_5_6_SINCE, PAT_SINCE, RING_INTER_STEPS_SINCE, RING_LL128_FLAT_SINCE,
@@ -69,7 +70,10 @@ def _log2i(x: int) -> int:
     return int(x).bit_length() - 1 if x > 0 else -1
 
 
-def _reason(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> str | None:
+COLLNET = (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)
+
+
+def _reason(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> str | None:  # noqa: C901
     """Why NCCL would not consider (coll, a, p) on this communicator; None if it would."""
     nn, ppn, cc = layout.n_nodes, layout.ranks_per_node, layout.compute_capability
     if coll in (Coll.BROADCAST, Coll.REDUCE) and a != Algo.RING:
@@ -80,10 +84,19 @@ def _reason(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> str
         return "PAT runs AllGather/ReduceScatter only"
     if a == Algo.PAT and not layout.version.at_least(PAT_SINCE):
         return f"PAT needs NCCL >= 2.23 (modelling {layout.nccl_version})"
-    if a in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
+    if a in COLLNET:
+        if not layout.collnet:
+            return "CollNet needs IB SHARP through the CollNet plugin (NCCL_COLLNET_ENABLE=1)"
+        if p != Proto.SIMPLE:
+            return "CollNet runs the Simple protocol only"
+        if nn == 1:
+            return "CollNet needs several nodes"
         if ppn > COLLNET_MAX_LOCAL_RANKS:
             return "CollNet needs <= 8 ranks per node"
-        return "CollNet needs the IB SHARP plugin (NCCL_COLLNET_ENABLE), not modelled"
+        if coll != Coll.ALLREDUCE:
+            return "CollNet AllGather/ReduceScatter (SHARP iallgather/ireducescatter) is not modelled"
+        if a == Algo.COLLNET_DIRECT and layout.scaleup_kind != "nvswitch":
+            return "CollNetDirect needs an NVSwitch"
     if a in (Algo.NVLS, Algo.NVLS_TREE):
         if p != Proto.SIMPLE:
             return "NVLS runs the Simple protocol only"
@@ -93,8 +106,8 @@ def _reason(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> str
             return "NVLS needs >= 2 NVLS channels (heads)"
         if a == Algo.NVLS_TREE and nn == 1:
             return "NVLSTree needs several nodes"
-        if a == Algo.NVLS and nn > 1:
-            return "multi-node NVLS needs CollNet (NVLS + IB SHARP), not modelled"
+        if a == Algo.NVLS and nn > 1 and not layout.collnet:
+            return "multi-node NVLS needs CollNet (NVLS + IB SHARP, NCCL_COLLNET_ENABLE=1)"
     if a == Algo.PAT:
         if p != Proto.SIMPLE:
             return "PAT runs the Simple protocol only"
@@ -145,9 +158,13 @@ def _bus_bw(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> flo
     i2 = 0 if nn == 1 else 1 if nn == 2 else 2
     ll_row = int(arch) if nn == 1 else (1 if layout.cpu == "amd" else 0)
     ll_max = tables.ll_max_Bps[ll_row, i2]
-    graph = {Algo.TREE: g.tree, Algo.RING: g.ring, Algo.PAT: g.ring}.get(a, g.nvls)
+    graph = {Algo.TREE: g.tree, Algo.RING: g.ring, Algo.PAT: g.ring}.get(a, g.tree if a in COLLNET else g.nvls)
     n_ch = graph.n_channels
-    bw = graph.bw_intra_Bps if nn <= 2 else graph.bw_inter_Bps
+    if a == Algo.COLLNET_DIRECT:  # one channel per NIC (head), carrying the tree graph's bandwidth [inferred]
+        heads = min(layout.ranks_per_node, layout.nics_per_node)
+        graph = Graph(heads, graph.bw_intra_Bps * n_ch / heads, graph.bw_inter_Bps * n_ch / heads)
+        n_ch = heads
+    bw = graph.bw_intra_Bps if nn <= 2 or a in COLLNET else graph.bw_inter_Bps
     if a in (Algo.NVLS, Algo.NVLS_TREE) and version.at_least(NVLS_EFFICIENCY_SINCE):
         bw = _nvls_bw(coll, a, layout, graph, i2)
     bus = n_ch * bw
@@ -164,6 +181,11 @@ def _bus_bw(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> flo
         bus = min(bus * f, n_ch * tables.per_ch_max_tree_ll128_Bps[arch, i2])
     if a == Algo.PAT:
         bus *= PAT_BW_FACTOR
+    if a == Algo.COLLNET_DIRECT:  # "Collnet+Direct requires all GPUs to have a local NIC to work at full speed"
+        factor = layout.ranks_per_node / n_ch
+        bus /= factor - (factor - 1) / 2
+        if layout.compute_capability >= 90:
+            bus *= COLLNET_DIRECT_SM90_FACTOR
     return bus
 
 
@@ -223,6 +245,10 @@ def _latency(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> fl
         return lat + (steps - n_inter) * intra_lat + n_inter * inter_lat
     if a == Algo.TREE:
         return lat + 2 * ((ppn - 1) * intra_lat + log_nodes * inter_lat)
+    if a == Algo.COLLNET_DIRECT:
+        return lat + 2 * (min(1, ppn - 1) * intra_lat + (ppn - 1) * COLLNET_ARITY_LAT_S) + inter_lat
+    if a == Algo.COLLNET_CHAIN:
+        return lat + 2 * (ppn - 1) * intra_lat + inter_lat
     if a == Algo.NVLS:
         return lat + intra_lat + (inter_lat if nn > 1 else 0.0)
     if a == Algo.NVLS_TREE:

@@ -42,6 +42,8 @@ CASES = [
     ("h100_8gpu_allgather_ring_together.txt", 0, CommLayout(8, 1, **H100), "ring", 8, 0.03, 0.05),
     ("h100_8gpu_allreduce_nvls_together.txt", 0, CommLayout(8, 1, **H100), "nvls", 8, 0.02, 0.035),
     ("h100_8gpu_allreduce_ring_together.txt", 0, CommLayout(8, 1, **H100), "ring", 8, 0.06, 0.03),
+    ("h100_64gpu_8node_allreduce_sharp_collnetchain_coreweave.txt", 0, CommLayout(64, 8, **NIC400, **H100), None, 1,
+     0.03, None),  # the log's ENV: NCCL_ALGO=COLLNETCHAIN NCCL_COLLNET_ENABLE=1 (IB SHARP)
     ("h100_8gpu_and_2node_degraded_ncclTests_issue290.txt", 0, CommLayout(8, 1, **H100), None, 8, 0.01, None),
     ("h100_8gpu_reducescatter_ring_together.txt", 0, CommLayout(8, 1, **H100), "ring", 8, 0.02, 0.05),
     ("h200_8gpu_allreduce_nvls_azure_ndh200v5.txt", 0, CommLayout(8, 1, **H100), None, 8, 0.05, 0.17),
