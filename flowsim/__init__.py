@@ -9,5 +9,7 @@ from flowsim.config import SimConfig, build_config
 from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.step.result import Result
 from flowsim.step.simulate import simulate
+from flowsim.explore.runner import simulate_many  # noqa: E402 -- after simulate: runner builds on it
 
-__all__ = ["ConfigError", "FlowsimWarning", "Result", "SimConfig", "__version__", "build_config", "simulate"]
+__all__ = ["ConfigError", "FlowsimWarning", "Result", "SimConfig", "__version__", "build_config", "simulate",
+           "simulate_many"]

@@ -16,6 +16,10 @@ class ConfigError(ValueError):
             msg += f" (got {got})"
         super().__init__(msg)
 
+    def __reduce__(self):
+        """Pickle with the fields, so the error crosses process pools (``ProcessPoolExecutor``, Dask) intact."""
+        return type(self), (self.field, self.rule, self.got)
+
 
 class FlowsimWarning(UserWarning):
     """Input that is allowed but suspicious (for example a GPU scaled from a neighbour)."""

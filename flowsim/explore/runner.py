@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from flowsim.errors import ConfigError
-from flowsim.explore.point import Outcome, config_dict, evaluate
-from flowsim.step.simulate import simulate
+from flowsim.explore.point import Outcome, config_dict, config_key, evaluate
 from flowsim.explore.store import ResultStore
 
 MAX_BATCH = 64  # configs per task: ~0.6 s of work, so progress and resume stay fine-grained
@@ -68,10 +67,13 @@ class RunReport:
 
     Attributes
     ----------
-    outcomes : tuple[Outcome, ...]
-        One per input config, in input order (``status``: ``evaluated``, ``stored`` or ``memory``).
+    outcomes : tuple[Outcome or Failed, ...]
+        One per input config, in input order (``status``: ``evaluated``, ``stored``, ``memory`` or, with
+        ``errors="row"``, ``error``).
     evaluated, reused, memory_pruned : int
         Configs simulated now, found in the store (not recomputed), and pruned for memory.
+    failed : int
+        Configs whose evaluation raised (``errors="row"``).
     elapsed_s : float
         Wall time of the run.
     """
@@ -81,6 +83,52 @@ class RunReport:
     reused: int
     memory_pruned: int
     elapsed_s: float
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A config whose evaluation raised (``run_configs(..., errors="row")``).
+
+    Attributes
+    ----------
+    index : int
+        Position of the config in the batch submitted.
+    key : str
+        Its :func:`~flowsim.explore.point.config_key` ("" when the key itself could not be computed).
+    error_type : str
+        Class name of the exception (``ConfigError``, ...).
+    error : str
+        Its message (for a ConfigError ``<field>: <rule> (got <value>)``).
+    """
+
+    index: int
+    key: str
+    error_type: str
+    error: str
+    status: str = "error"
+    point: None = None
+    memory_bytes: float = float("nan")
+
+
+def evaluate_isolated(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None) -> list:
+    """:func:`~flowsim.explore.point.evaluate`, but a config that raises becomes a :class:`Failed` entry
+    instead of failing the batch (the others of the batch are evaluated one by one)."""
+    try:
+        return evaluate(batch, stored_keys, prune_memory, known_pruned)
+    except Exception:  # noqa: BLE001 -- isolate the failing config below
+        pass
+    out = []
+    for item in batch:
+        try:
+            out += evaluate([item], stored_keys, prune_memory, known_pruned)
+        except Exception as e:  # noqa: BLE001 -- reported as a row, with its type and message
+            try:
+                key = config_key(item[1])
+            except Exception:  # noqa: BLE001
+                key = ""
+            out.append(Failed(item[0], key, type(e).__name__, str(e)))
+    return out
 
 
 def _batches(configs: list, jobs: int) -> list:
@@ -97,24 +145,25 @@ def _init_worker(stored: frozenset, known_pruned: dict) -> None:
     _KNOWN = (stored, known_pruned)
 
 
-def _evaluate_in_worker(batch: list, prune_memory: bool) -> list:
-    return evaluate(batch, _KNOWN[0], prune_memory, _KNOWN[1])
+def _evaluate_in_worker(batch: list, prune_memory: bool, isolate: bool) -> list:
+    return (evaluate_isolated if isolate else evaluate)(batch, _KNOWN[0], prune_memory, _KNOWN[1])
 
 
 def _run_local(batches: list, stored: frozenset, known_pruned: dict, jobs: int,
-               prune_memory: bool) -> Iterator[list]:
+               prune_memory: bool, isolate: bool = False) -> Iterator[list]:
+    run = evaluate_isolated if isolate else evaluate
     if jobs == 1 or len(batches) == 1:
         for b in batches:
-            yield evaluate(b, stored, prune_memory, known_pruned)
+            yield run(b, stored, prune_memory, known_pruned)
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     if ctx.get_start_method() == "fork":
-        simulate(batches[0][0][1])  # JIT-compiled kernels and caches are inherited by the forked workers
+        run(batches[0][:1], frozenset(), False, None)  # JIT-compiled kernels and caches go to the forked workers
     ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
                              initargs=(stored, known_pruned))
     try:
-        futures = [ex.submit(_evaluate_in_worker, b, prune_memory) for b in batches]
+        futures = [ex.submit(_evaluate_in_worker, b, prune_memory, isolate) for b in batches]
         for f in as_completed(futures):
             yield f.result()
     finally:
@@ -145,12 +194,13 @@ def connect_dask(scheduler: str):
         raise ConfigError("scheduler", f"cannot reach the Dask scheduler ({type(e).__name__})", scheduler) from None
 
 
-def _run_dask(client, batches: list, stored: frozenset, known_pruned: dict, prune_memory: bool) -> Iterator[list]:
+def _run_dask(client, batches: list, stored: frozenset, known_pruned: dict, prune_memory: bool,
+              isolate: bool = False) -> Iterator[list]:
     from dask.distributed import as_completed as dask_completed
 
     try:
         stored_f, pruned_f = client.scatter([stored, known_pruned], broadcast=True)
-        futures = client.map(evaluate, batches, stored_keys=stored_f, prune_memory=prune_memory,
+        futures = client.map(evaluate_isolated if isolate else evaluate, batches, stored_keys=stored_f, prune_memory=prune_memory,
                              known_pruned=pruned_f, pure=False)
         for f in dask_completed(futures):
             yield f.result()
@@ -160,7 +210,7 @@ def _run_dask(client, batches: list, stored: frozenset, known_pruned: dict, prun
 
 def run_configs(configs: list, *, store: ResultStore | None = None, study: str = "", jobs: int = 0,
                 scheduler: str | None = None, prune_memory: bool = True, progress: bool = True,
-                label: str = "evaluate") -> RunReport:
+                label: str = "evaluate", errors: str = "raise") -> RunReport:
     """Evaluate ``configs`` (SimConfigs), reusing and filling ``store``.
 
     Parameters
@@ -182,12 +232,17 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
         Draw a progress line on stderr.
     label : str
         First word of the progress line.
+    errors : str
+        ``raise`` (a config whose evaluation raises stops the run with its exception) or ``row`` (it becomes a
+        :class:`Failed` outcome; the others are evaluated).
 
     Raises
     ------
     ConfigError
-        ``jobs`` negative, a malformed or unreachable scheduler, or dask missing.
+        ``jobs`` negative, ``errors`` not raise/row, a malformed or unreachable scheduler, or dask missing.
     """
+    if errors not in ("raise", "row"):
+        raise ConfigError("errors", "must be raise or row", errors)
     if not isinstance(jobs, int) or jobs < 0:
         raise ConfigError("jobs", "must be a non-negative integer (0 = one per CPU)", jobs)
     start = time.perf_counter()
@@ -197,9 +252,9 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
     batches = _batches(list(configs), jobs)
     outcomes: list = [None] * len(configs)
     if scheduler:
-        stream = _run_dask(connect_dask(scheduler), batches, stored, known_pruned, prune_memory)
+        stream = _run_dask(connect_dask(scheduler), batches, stored, known_pruned, prune_memory, errors == "row")
     else:
-        stream = _run_local(batches, stored, known_pruned, jobs, prune_memory)
+        stream = _run_local(batches, stored, known_pruned, jobs, prune_memory, errors == "row")
     bar = Progress(len(configs), label, progress)
     try:
         for result in stream:
@@ -219,6 +274,70 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
         points = store.get(o.key for o in reused)
         for o in reused:
             outcomes[o.index] = Outcome(o.index, "stored", o.key, points[o.key], points[o.key].memory_bytes_per_gpu)
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("evaluated", "stored", "memory")}
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("evaluated", "stored", "memory", "error")}
     return RunReport(outcomes=tuple(outcomes), evaluated=counts["evaluated"], reused=counts["stored"],
-                     memory_pruned=counts["memory"], elapsed_s=time.perf_counter() - start)
+                     memory_pruned=counts["memory"], elapsed_s=time.perf_counter() - start,
+                     failed=counts["error"])
+
+
+def simulate_many(configs, jobs: int = 0, store=None, progress: bool = False) -> "pd.DataFrame":
+    """Simulate many configs in parallel; one row per config, errors as rows.
+
+    Parameters
+    ----------
+    configs : iterable of SimConfig, mapping or path
+        What :func:`flowsim.simulate` accepts, one per row.
+    jobs : int
+        Worker processes; 0 = one per CPU.
+    store : ResultStore, str or Path, optional
+        A results database (or its path): configs already there are read back, not recomputed, and new ones
+        are written to it.
+    progress : bool
+        Draw a progress line on stderr.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by the config's position, flat columns with units in their names: ``model``, ``gpu``,
+        ``num_gpus``, the layout (``tp``, ``pp``, ``vpp``, ``cp``, ``ep``, ``dp``, ``sp``, ``mbs``, ``recompute``,
+        ``zero``, ``schedule``), ``step_time_s``, ``tokens_per_s``, ``mfu`` (fraction), ``memory_bytes_per_gpu``,
+        ``memory_capacity_bytes``, ``fits_memory``, ``exposed_comm_share`` (fraction of the step), the critical
+        stage's seconds per step (``compute_s``, ``tp_comm_s``, ..., ``optimizer_s``), ``key`` (the store key),
+        and ``error`` (empty, or ``<type>: <message>`` for a config that could not be built or simulated; its
+        figures are then NaN).
+
+    Raises
+    ------
+    ConfigError
+        ``jobs`` negative or ``store`` not a flowsim results database.
+    """
+    import pandas as pd
+
+    from flowsim.config import SimConfig, build_config
+
+    built: dict = {}
+    rows: dict = {}
+    for i, c in enumerate(configs):
+        try:
+            built[i] = c if isinstance(c, SimConfig) else build_config(c)
+        except ConfigError as e:
+            rows[i] = {"error": f"ConfigError: {e}"}
+    own = isinstance(store, (str, os.PathLike))
+    db = ResultStore(store) if own else store
+    try:
+        order = list(built)
+        report = run_configs([built[i] for i in order], store=db, jobs=jobs, prune_memory=False, progress=progress,
+                             label="simulate", errors="row")
+    finally:
+        if own:
+            db.close()
+    for i, o in zip(order, report.outcomes):
+        cfg = built[i]
+        head = {"model": cfg.model.name, "gpu": cfg.cluster.gpu, "num_gpus": cfg.cluster.num_gpus}
+        if o.status == "error":
+            rows[i] = {**head, "key": o.key, "error": f"{o.error_type}: {o.error}"}
+        else:
+            rows[i] = {**head, **o.point.to_dict(), "error": ""}
+    frame = pd.DataFrame([rows[i] for i in sorted(rows)], index=pd.Index(sorted(rows), name="config"))
+    first = ["model", "gpu", "num_gpus"]
+    return frame[first + [c for c in frame.columns if c not in first]]
