@@ -21,6 +21,14 @@ class ConfigError(ValueError):
         return type(self), (self.field, self.rule, self.got)
 
 
+def did_you_mean(name: str, known) -> str:
+    """``"; did you mean X?"`` for the closest of ``known`` to an unknown ``name`` (difflib), or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 class FlowsimWarning(UserWarning):
     """Input that is allowed but suspicious (for example a GPU scaled from a neighbour)."""
 

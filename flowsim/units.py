@@ -39,5 +39,8 @@ def tflops_to_flops(tflops: float) -> float:
     return tflops * TFLOP
 
 
-DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
-"""Storage size of one element of each dtype, in bytes."""
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5,
+               # block-scaled FP4 with its scales: NVFP4 = E2M1 + one E4M3 scale per 16 elements (NVIDIA Blackwell
+               # docs, "NVFP4"), MXFP4 = E2M1 + one E8M0 scale per 32 (OCP Microscaling Formats spec v1.0)
+               "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+"""Storage size of one element of each dtype, in bytes (block-scaled formats include their scales)."""

@@ -6,7 +6,8 @@ File format (one GPU per file; units as datasheets give them, named in the keys)
 dense TFLOP/s), ``hbm_GB`` (1e9 bytes), ``hbm_TBps`` (1e12 bytes/s), ``sm_count`` (int), ``clock_MHz``
 (``null`` when not published), ``l2_MiB`` (last-level cache; ``null`` when not published), ``scaleup_kind``,
 ``scaleup_GBps`` (per GPU per direction), ``scaleup_links`` (int), ``nvls`` (bool), ``pcie_GBps`` (host link
-per direction), ``tdp_W``, ``sources`` (non-empty list of strings) and optional ``notes``.
+per direction), ``tdp_W``, ``sources`` (non-empty list of strings) and optional ``notes`` and ``power_limit_W`` (a board power
+limit below the part's design power, W).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ REQUIRED_FIELDS = (
     _STR_FIELDS + _INT_FIELDS + _POSITIVE_FIELDS + _NONNEGATIVE_FIELDS + _NULLABLE_FIELDS
     + ("peak_TFLOPS", "nvls", "sources")
 )
+OPTIONAL_FIELDS = ("notes", "power_limit_W")
 
 
 def load_spec_file(path) -> GPUSpec:
@@ -91,9 +93,12 @@ def spec_from_dict(raw: dict, origin: str = "<dict>") -> GPUSpec:
     missing = [f for f in REQUIRED_FIELDS if f not in raw]
     if missing:
         raise bad(missing[0], "required field is missing")
-    unknown = sorted(set(raw) - set(REQUIRED_FIELDS) - {"notes"})
+    unknown = sorted(set(raw) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS))
     if unknown:
-        raise bad(unknown[0], f"unknown field; allowed: {', '.join(REQUIRED_FIELDS + ('notes',))}")
+        raise bad(unknown[0], f"unknown field; allowed: {', '.join(REQUIRED_FIELDS + OPTIONAL_FIELDS)}")
+    limit = raw.get("power_limit_W")
+    if limit is not None and not (_is_number(limit) and limit > 0):
+        raise bad("power_limit_W", "must be a number of watts > 0", limit)
     sources = raw["sources"]
     if isinstance(sources, str):
         sources = [sources]
@@ -149,6 +154,7 @@ def spec_from_dict(raw: dict, origin: str = "<dict>") -> GPUSpec:
         tdp_w=float(raw["tdp_W"]),
         sources=tuple(s.strip() for s in sources),
         notes=str(raw.get("notes") or ""),
+        power_limit_w=math.nan if limit is None else float(limit),
     )
 
 

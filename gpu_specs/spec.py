@@ -1,6 +1,7 @@
 """The typed GPU datasheet record."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -52,6 +53,10 @@ class GPUSpec:
         Where the figures come from.
     notes : str
         Caveats.
+    power_limit_w : float
+        Board power limit in watts where the part runs below its board design power (e.g. 500 W Grand Teton
+        H100s); NaN when not set (the part runs at its own board power). Compute ceilings measured at a higher
+        board power are derated to it (:mod:`flowsim.kernels.power`).
     """
 
     key: str
@@ -73,6 +78,7 @@ class GPUSpec:
     tdp_w: float
     sources: tuple
     notes: str = ""
+    power_limit_w: float = math.nan
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; raises ConfigError when the GPU has no such unit."""

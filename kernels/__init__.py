@@ -2,7 +2,8 @@
 
 Public API: :func:`op_times` prices a whole op table (schema ``OP_COLUMNS``, see :mod:`flowsim.kernels.ops`);
 :func:`gemm_time`, :func:`attention_time` and :func:`memory_time` price one op; :func:`kernel_references`
-reports which measured GPU stands in for a GPU without its own measurements.
+reports which measured GPU stands in for a GPU without its own measurements; :class:`KernelStack` names the
+software release, power limit and calibrated GEMM multiplier a job's ops are priced on.
 """
 from flowsim.kernels.model import (
     KERNEL_MIN_TIME_S,
@@ -15,11 +16,14 @@ from flowsim.kernels.model import (
 )
 from flowsim.kernels.ops import DTYPES, KINDS, OP_COLUMNS
 from flowsim.kernels.reference import Reference
+from flowsim.kernels.stack import DEFAULT_STACK, KernelStack
 
 __all__ = [
+    "DEFAULT_STACK",
     "DTYPES",
     "KERNEL_MIN_TIME_S",
     "KINDS",
+    "KernelStack",
     "OP_COLUMNS",
     "Reference",
     "attention_time",

@@ -23,10 +23,13 @@ achieved_Bps         bytes/s  bytes / time_s, or the measured bandwidth for stre
 bottleneck           -        ``compute`` (MAMF, attention), ``memory`` (stream) or ``latency`` (shortest traced GEMMs)
 source               -        where the figure comes from (required)
 date                 -        measurement or snapshot date when the source gives one, else empty
+stack                -        software release the row was measured on (a ``software_releases`` key, see
+                              flowsim.kernels.stack), empty when the source does not state it; optional in
+                              files read by :func:`read_db`
 ===================  =======  ===================================================================================
 
-The seed rows are built from ``data/gemm_mamf.csv``, ``data/gemm_latency.csv``, ``data/flash_attention.csv`` and
-``data/hbm_stream.csv``;
+The seed rows are built from ``data/gemm_mamf.csv``, ``data/gemm_release.csv``, ``data/gemm_latency.csv``,
+``data/flash_attention.csv`` and ``data/hbm_stream.csv``;
 more rows in this schema (measured elsewhere) can be read with :func:`read_db` and appended.
 """
 from __future__ import annotations
@@ -39,13 +42,15 @@ import pandas as pd
 from flowsim.errors import ConfigError
 from flowsim.kernels.attention import FWD_BWD_FLOP_RATIO, attention_bytes, attention_flops
 from flowsim.kernels.gemm import gemm_bytes
+from flowsim.kernels.stack import releases
 from flowsim.kernels.tables import load_table, read_measurement_csv
 from flowsim.units import GB, TFLOP, US
 
 DB_COLUMNS = (
     "op", "impl", "gpu", "dtype", "m", "n", "k", "batch", "heads", "seq_q", "seq_k", "head_dim", "causal",
-    "flops", "bytes", "time_s", "achieved_flop_per_s", "achieved_Bps", "bottleneck", "source", "date",
+    "flops", "bytes", "time_s", "achieved_flop_per_s", "achieved_Bps", "bottleneck", "source", "date", "stack",
 )
+_OPTIONAL_COLUMNS = ("stack",)
 DB_OPS = ("gemm", "attn_fwd", "attn_fwd_bwd", "memory")
 # Snapshot month of te42kyfo/gpu-benches used for the stream rows (shared/data/kernel_measurements.md section 4).
 STREAM_SNAPSHOT_DATE = "2024-06"
@@ -55,7 +60,7 @@ STREAM_KERNELS = ("init", "read", "scale", "triad")
 @functools.lru_cache(maxsize=None)
 def seed_db() -> pd.DataFrame:
     """The kernel database built from the shipped measurement tables (schema in the module docstring)."""
-    parts = [_gemm_rows(), _latency_rows(), _attention_rows(), _stream_rows()]
+    parts = [_gemm_rows(), _release_gemm_rows(), _latency_rows(), _attention_rows(), _stream_rows()]
     db = pd.concat(parts, ignore_index=True)
     return _normalise(db)
 
@@ -69,7 +74,7 @@ def read_db(path) -> pd.DataFrame:
         Missing source (``<file>: source``), missing column or unknown op.
     """
     df = read_measurement_csv(path)
-    missing = [c for c in DB_COLUMNS if c not in df.columns]
+    missing = [c for c in DB_COLUMNS if c not in df.columns and c not in _OPTIONAL_COLUMNS]
     if missing:
         raise ConfigError(f"{path}: {missing[0]}", "column is required in a kernel-DB file")
     bad = ~df["op"].isin(DB_OPS)
@@ -82,7 +87,8 @@ def _normalise(db: pd.DataFrame) -> pd.DataFrame:
     for c in ("m", "n", "k", "batch", "heads", "seq_q", "seq_k", "head_dim"):
         db[c] = db[c].fillna(0).astype(np.int64)
     db["causal"] = db["causal"].fillna(False).astype(bool)
-    db["date"] = ["" if pd.isna(d) else str(d) for d in db["date"]]
+    for c in ("date", "stack"):
+        db[c] = ["" if pd.isna(d) else str(d) for d in db[c]] if c in db.columns else ""
     return db[list(DB_COLUMNS)]
 
 
@@ -96,6 +102,22 @@ def _gemm_rows() -> pd.DataFrame:
             "op": "gemm", "impl": "torch.mm", "gpu": t.gpu, "dtype": t.dtype, "m": t.best_m, "n": t.best_n,
             "k": t.best_k, "flops": flops, "bytes": nbytes, "time_s": flops / rate, "achieved_flop_per_s": rate,
             "achieved_Bps": nbytes * rate / flops, "bottleneck": "compute", "source": t.source, "date": "",
+            "stack": "pytorch-" + t.torch_version.astype(str),
+        }
+    )
+
+
+def _release_gemm_rows() -> pd.DataFrame:
+    t = load_table("gemm_release")
+    flops = 2.0 * t.m * t.n * t.k
+    rate = t.tflops * TFLOP
+    nbytes = np.array([gemm_bytes(r.m, r.n, r.k, 1, r["dtype"]) for _, r in t.iterrows()])
+    return pd.DataFrame(
+        {
+            "op": "gemm", "impl": "cublaslt", "gpu": t.gpu, "dtype": t["dtype"], "m": t.m, "n": t.n, "k": t.k,
+            "flops": flops, "bytes": nbytes, "time_s": flops / rate, "achieved_flop_per_s": rate,
+            "achieved_Bps": nbytes * rate / flops, "bottleneck": "compute", "source": t.source,
+            "date": releases().loc[t.release, "date"].to_numpy(), "stack": t.release,
         }
     )
 

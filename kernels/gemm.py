@@ -2,17 +2,19 @@
 
 Model (for C[m, n] = A[m, k] B[k, n], ``batch`` independent GEMMs per launch). A library kernel cuts C into
 output tiles of ``tm x tn`` and walks K in steps of ``TILE_K``; optionally it splits K into ``s`` slices
-(split-K) whose fp32 partial sums are reduced afterwards. Each (tile, slice, batch) work unit runs on one SM,
-``sm_count`` units at a time. The fraction of the machine doing useful work is
+(split-K) whose fp32 partial sums are reduced afterwards. Each (tile, slice, batch) work unit runs on ``c`` SMs
+(``c = 1``; ``c = 2`` for Blackwell's 2-CTA MMA, where an SM pair computes one ``tm x tn`` tile, ``tm / 2`` rows
+each), ``sm_count / c`` units at a time. The fraction of the machine doing useful work is
 
-    shape_eff = 2 m n k batch / (waves * sm_count * 2 tm tn ceil(ceil(k / s) / TILE_K) TILE_K)
-    waves     = ceil(ceil(m / tm) ceil(n / tn) s batch / sm_count)
+    shape_eff = 2 m n k batch / (waves * sm_count * 2 (tm / c) tn ceil(ceil(k / s) / TILE_K) TILE_K)
+    waves     = ceil(ceil(m / tm) ceil(n / tn) s batch / floor(sm_count / c))
 
 (tile quantisation pads m, n and k up to whole tiles; wave quantisation pads the work units up to whole waves).
 Split-K (only when the output tiles do not fill one wave) adds ``8 s m n batch`` bytes of HBM traffic (fp32
 partials written once and read once; 0 for s = 1).
-As a cuBLAS-style heuristic would, the model tries every tile shape in ``TILES_MN`` and split in ``SPLIT_K`` and
-keeps the fastest under the roofline. The compute efficiency is ``ceiling * shape_eff``.
+As a cuBLAS-style heuristic would, the model tries every tile shape of the GPU's generation (``TILES_SM90`` up to
+Hopper, ``TILES_SM100`` on Blackwell; :func:`tiles_for`) and split in ``SPLIT_K`` and keeps the fastest under the
+roofline. The compute efficiency is ``ceiling * shape_eff``.
 
 A GEMM launch also pays a fixed latency (pipeline fill, epilogue, launch ramp) that does not overlap its work:
 ``time = latency + max(compute, memory)``. The latency is the time of the shortest GEMM in a profiler trace of
@@ -21,24 +23,43 @@ of peak and bandwidth: an upper bound on the fixed cost. The ceiling is then cal
 the GPU's measured best shape (table ``gemm_mamf``) reproduces its measured MAMF exactly:
 ``ceiling = flops / ((flops / MAMF - latency) * peak * shape_eff(best shape))``.
 
+Ceilings by software release: every measured large GEMM (``gemm_mamf`` rows, whose stack is their torch
+version, and the dated ``gemm_release`` rows of other benchmarks) gives a ceiling by the same formula; a job on
+release R takes the row of the nearest older release on the reference GPU (nearest newer when none is older),
+the default stack the newest row (:func:`gemm_ceiling`; releases in :mod:`flowsim.kernels.stack`).
+
 There is no separate small-K factor: no measurement here isolates pipeline-fill cost (B300 reaches 79% of peak
 at K = 1024), so small-K and skinny GEMMs lose through K-tile padding, wave quantisation and the memory roofline.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
+from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec, get_gpu
 from flowsim.kernels.reference import Candidate, Reference, choose_reference
+from flowsim.kernels.stack import releases
 from flowsim.kernels.tables import load_table
 from flowsim.units import DTYPE_BYTES, TFLOP, US
 
-# Output-tile shapes (tm, tn): the 128/256-wide tensor-core tiles of CUTLASS's SM80/SM90 kernel generator
-# (NVIDIA/cutlass python/cutlass_library/generator.py, TileDescription lists of GenerateSM80_TensorOp_16816 and
-# GenerateSM90_TensorOp_16b_WGMMA), which cuBLAS's kernels mirror; 64-row tiles serve m <= 64.
-TILES_MN = np.array([(256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 256)], dtype=np.int64)
+# Output-tile shapes (tm, tn, SMs per tile): the 128/256-wide tensor-core tiles of CUTLASS's SM80/SM90 kernel
+# generator (NVIDIA/cutlass python/cutlass_library/generator.py, TileDescription lists of
+# GenerateSM80_TensorOp_16816 and GenerateSM90_TensorOp_16b_WGMMA), which cuBLAS's kernels mirror; 64-row tiles
+# serve m <= 64. One SM per tile.
+TILES_SM90 = np.array([(256, 128, 1), (128, 256, 1), (128, 128, 1), (128, 64, 1), (64, 128, 1), (64, 256, 1)],
+                      dtype=np.int64)
+TILES_MN = TILES_SM90[:, :2]
+# Blackwell (SM100) tcgen05 UMMA tiles of CUTLASS's generator (GenerateSM100_TensorOp_16b_UMMA): 1-SM MMA with
+# M = 64 or 128 and N = 64..256, and 2-SM ("2-CTA") MMA with M = 256 split over an SM pair (128 rows each),
+# N = 64..256; the cluster shape only multicasts operands and does not change the tile.
+TILES_SM100 = np.array([(128, 256, 1), (128, 128, 1), (128, 64, 1), (64, 128, 1), (64, 256, 1),
+                        (256, 256, 2), (256, 128, 2), (256, 64, 2)], dtype=np.int64)
+# First compute capability (x10) with SM100 tiles: Blackwell data-centre parts (B200/GB200 100, B300/GB300 103).
+SM100_CC = 100
 # K step of one main-loop iteration, in elements (the K extent of the same CUTLASS tile descriptions).
 TILE_K = 64
 # Split-K factors searched (a search space, not a fitted value). Assumption: like cuBLAS's heuristics, the model
@@ -62,7 +83,13 @@ def gemm_bytes(m, n, k, batch, dtype: str) -> np.ndarray:
     return batch * (DTYPE_BYTES[dtype] * (m * k + k * n) + e_out * m * n)
 
 
-def gemm_candidates(m, n, k, batch, sm_count: int):
+def tiles_for(gpu: GPUSpec) -> np.ndarray:
+    """Tile table of ``gpu``'s generation: ``TILES_SM100`` for NVIDIA compute capability >= 10.0, else
+    ``TILES_SM90`` (int64[n_tiles, 3]: tm, tn, SMs per tile)."""
+    return TILES_SM100 if gpu.vendor == "nvidia" and gpu.compute_capability >= SM100_CC else TILES_SM90
+
+
+def gemm_candidates(m, n, k, batch, sm_count: int, tiles: np.ndarray = TILES_SM90):
     """Shape efficiency and extra bytes of every (tile, split-K) candidate.
 
     Parameters
@@ -71,6 +98,8 @@ def gemm_candidates(m, n, k, batch, sm_count: int):
         GEMM dimensions (>= 1).
     sm_count : int
         SMs (or CUs) that run work units concurrently.
+    tiles : int64[n_tiles, 3]
+        Candidate tiles (tm, tn, SMs per tile), :func:`tiles_for` the GPU; default ``TILES_SM90``.
 
     Returns
     -------
@@ -81,15 +110,17 @@ def gemm_candidates(m, n, k, batch, sm_count: int):
         Split-K partial-sum traffic, bytes.
     """
     m, n, k, batch = (np.asarray(a, dtype=np.int64)[:, None, None] for a in (m, n, k, batch))
-    tm = TILES_MN[None, :, 0, None]
-    tn = TILES_MN[None, :, 1, None]
+    tm = tiles[None, :, 0, None]
+    tn = tiles[None, :, 1, None]
+    c = tiles[None, :, 2, None]
+    slots = np.maximum(sm_count // c, 1)  # work units running at once
     s = SPLIT_K[None, None, :]
     k_iters = -(-(-(-k // s)) // TILE_K)  # ceil(ceil(k / s) / TILE_K)
     units = (-(-m // tm)) * (-(-n // tn)) * s * batch
-    waves = -(-units // sm_count)
-    issued = waves.astype(np.float64) * sm_count * tm * tn * k_iters * TILE_K
+    waves = -(-units // slots)
+    issued = waves.astype(np.float64) * sm_count * (tm / c) * tn * k_iters * TILE_K
     eff = (m * n * k * batch).astype(np.float64) / issued
-    few_tiles = (-(-m // tm)) * (-(-n // tn)) * batch < sm_count
+    few_tiles = (-(-m // tm)) * (-(-n // tn)) * batch < slots
     valid = (s == 1) | (few_tiles & (k >= s * TILE_K))
     eff = np.where(valid, eff, 0.0)
     extra = np.where(s > 1, SPLIT_K_PARTIAL_BYTES * s * m * n * batch, 0).astype(np.float64)
@@ -97,27 +128,127 @@ def gemm_candidates(m, n, k, batch, sm_count: int):
     return eff.reshape(n_ops, -1), np.broadcast_to(extra, eff.shape).reshape(n_ops, -1)
 
 
-def best_shape_efficiency(m, n, k, batch, sm_count: int) -> np.ndarray:
+def best_shape_efficiency(m, n, k, batch, sm_count: int, tiles: np.ndarray = TILES_SM90) -> np.ndarray:
     """Largest shape efficiency over the candidates (compute only, no memory term), float64[n_ops]."""
-    return gemm_candidates(m, n, k, batch, sm_count)[0].max(axis=1)
+    return gemm_candidates(m, n, k, batch, sm_count, tiles)[0].max(axis=1)
 
 
 def mamf_dtype(dtype: str) -> str:
-    """Measurement dtype standing for ``dtype``: ``fp8`` for fp8, else ``bf16``.
+    """Measurement dtype standing for ``dtype``: ``fp8`` for fp8, ``fp4`` for nvfp4/mxfp4, else ``bf16``.
 
-    fp16, tf32 and fp32 GEMMs have no MAMF row; they take the bf16 ceiling of the same GPU (assumption).
+    fp16, tf32 and fp32 GEMMs take the 16-bit ceiling of the same GPU (assumption; fp16 measurements count as
+    16-bit rows); both FP4 formats take the FP4 rows (the GEMM runs on the same FP4 tensor cores; the block
+    scales differ).
     """
-    return "fp8" if dtype == "fp8" else "bf16"
+    return {"fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "fp4": "fp4"}.get(dtype, "bf16")
+
+
+def peak_dtype(dtype: str) -> str:
+    """Key of ``GPUSpec.peak_flop_per_s`` that prices ``dtype`` GEMMs: ``fp4`` for nvfp4/mxfp4, else ``dtype``."""
+    return "fp4" if dtype in ("nvfp4", "mxfp4") else dtype
+
+
+@functools.lru_cache(maxsize=None)
+def ceiling_rows() -> pd.DataFrame:
+    """Every measured large GEMM that sets a ceiling: ``gemm_mamf`` and ``gemm_release`` rows in one frame.
+
+    Columns: gpu, mdt (measurement dtype, :func:`mamf_dtype`), tflops, m, n, k, release (a key of
+    ``software_releases``; a MAMF row's stack is ``pytorch-<torch_version>``), date (``YYYY-MM``), table.
+
+    Raises
+    ------
+    ConfigError
+        A row whose release is not in ``software_releases``.
+    """
+    mamf = load_table("gemm_mamf")
+    extra = load_table("gemm_release")
+    rows = pd.concat([
+        pd.DataFrame({"gpu": mamf.gpu, "mdt": mamf["dtype"].map(mamf_dtype), "tflops": mamf.mamf_tflops,
+                      "m": mamf.best_m, "n": mamf.best_n, "k": mamf.best_k,
+                      "release": "pytorch-" + mamf.torch_version.astype(str), "table": "gemm_mamf"}),
+        pd.DataFrame({"gpu": extra.gpu, "mdt": extra["dtype"].map(mamf_dtype), "tflops": extra.tflops,
+                      "m": extra.m, "n": extra.n, "k": extra.k, "release": extra.release,
+                      "table": "gemm_release"}),
+    ], ignore_index=True)
+    rel = releases()
+    unknown = ~rows.release.isin(rel.index)
+    if unknown.any():
+        r = rows[unknown].iloc[0]
+        raise ConfigError(f"{r.table}: release", "must be a key of software_releases.csv", r.release)
+    rows["date"] = rel.loc[rows.release, "date"].to_numpy()
+    return rows
 
 
 @functools.lru_cache(maxsize=None)
 def gemm_reference(gpu: GPUSpec, dtype: str) -> Reference:
-    """The measured GPU whose MAMF ceiling prices ``dtype`` GEMMs on ``gpu`` (see flowsim.kernels.reference)."""
+    """The measured GPU whose GEMM ceiling prices ``dtype`` GEMMs on ``gpu`` (see flowsim.kernels.reference)."""
     mdt = mamf_dtype(dtype)
-    rows = load_table("gemm_mamf")
-    keys = sorted(rows.loc[rows["dtype"] == mdt, "gpu"])
+    rows = ceiling_rows()
+    keys = sorted(set(rows.loc[rows["mdt"] == mdt, "gpu"]))
     cands = [Candidate.of_gpu(get_gpu(k_), get_gpu(k_).peak(mdt)) for k_ in keys]
-    return choose_reference(gpu, gpu.peak(dtype), cands, "gemm_mamf", mdt)
+    table = "gemm_mamf" if mdt in ("bf16", "fp8") else "gemm_release"
+    return choose_reference(gpu, gpu.peak(peak_dtype(dtype)), cands, table, mdt)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """A GEMM ceiling and the measurement it comes from.
+
+    Attributes
+    ----------
+    value : float
+        Efficiency ceiling of the measured GPU (formula in the module docstring), dimensionless.
+    release : str
+        Release (stack) of the measurement used.
+    date : str
+        Its date, ``YYYY-MM``.
+    fallback : str
+        ``""`` when the measurement is of the requested release (or the default stack was asked for), else
+        ``"older"`` or ``"newer"``: the nearest measured release on that side was used.
+    """
+
+    value: float
+    release: str
+    date: str
+    fallback: str = ""
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_ceiling(measured_key: str, mdt: str, release: str = "") -> Ceiling:
+    """Ceiling of a measured GPU for measurement dtype ``mdt`` on software ``release`` (``""``: newest row).
+
+    Parameters
+    ----------
+    measured_key : str
+        A GPU with rows in :func:`ceiling_rows` for ``mdt``.
+    mdt : str
+        ``bf16``, ``fp8`` or ``fp4``.
+    release : str
+        Release key (:mod:`flowsim.kernels.stack`); the row of that release if measured, else of the nearest
+        older release, else of the nearest newer one.
+    """
+    rows = ceiling_rows()
+    rows = rows[(rows.gpu == measured_key) & (rows.mdt == mdt)].sort_values(["date", "table"])
+    fallback = ""
+    if not release:
+        row = rows.iloc[-1]
+    elif (rows.release == release).any():
+        row = rows[rows.release == release].iloc[-1]
+    else:
+        date = releases().loc[release, "date"]
+        older = rows[rows.date <= date]
+        row, fallback = (older.iloc[-1], "older") if len(older) else (rows.iloc[0], "newer")
+    value = _measured_ceiling(measured_key, mdt, row.m, row.n, row.k, row.tflops)
+    return Ceiling(value, row.release, row.date, fallback)
+
+
+def _measured_ceiling(measured_key: str, mdt: str, m: int, n: int, k: int, tflops: float) -> float:
+    """Ceiling that makes the model reproduce ``tflops`` measured at shape (m, n, k) on a measured GPU."""
+    ref = get_gpu(measured_key)
+    shape = best_shape_efficiency([m], [n], [k], [1], ref.sm_count, tiles_for(ref))[0]
+    flops = 2.0 * m * n * k
+    latency = gemm_latency_s(latency_reference(ref).measured)
+    return float(flops / ((flops / (tflops * TFLOP) - latency) * ref.peak(mdt) * shape))
 
 
 @functools.lru_cache(maxsize=None)
@@ -146,11 +277,7 @@ def gemm_latency_s(measured_key: str) -> float:
 
 @functools.lru_cache(maxsize=None)
 def mamf_ceiling(measured_key: str, mdt: str) -> float:
-    """Calibrated efficiency ceiling of a measured GPU (formula in the module docstring), dimensionless."""
+    """Ceiling from a measured GPU's ``gemm_mamf`` row (formula in the module docstring), dimensionless."""
     rows = load_table("gemm_mamf")
     row = rows[(rows["gpu"] == measured_key) & (rows["dtype"] == mdt)].iloc[0]
-    ref = get_gpu(measured_key)
-    shape = best_shape_efficiency([row.best_m], [row.best_n], [row.best_k], [1], ref.sm_count)[0]
-    flops = 2.0 * row.best_m * row.best_n * row.best_k
-    latency = gemm_latency_s(latency_reference(ref).measured)
-    return float(flops / ((flops / (row.mamf_tflops * TFLOP) - latency) * ref.peak(mdt) * shape))
+    return _measured_ceiling(measured_key, mdt, row.best_m, row.best_n, row.best_k, row.mamf_tflops)

@@ -2,9 +2,11 @@
 
 ``time = max(latency + max(flops / (peak * eff_c), bytes / (hbm_Bps * eff_m)), KERNEL_MIN_TIME_S)`` per op, where
 
-- GEMM ``eff_c`` = measured MAMF ceiling x tile and wave quantisation, and ``latency`` = the measured fixed
-  time of a GEMM launch (flowsim.kernels.gemm),
-- attention ``eff_c`` = FlashAttention table interpolated on log(seq_k) and head dim (flowsim.kernels.attention),
+- GEMM ``eff_c`` = measured ceiling (of the job's software release) x tile and wave quantisation x power
+  derate x calibrated GEMM multiplier, and ``latency`` = the measured fixed time of a GEMM launch
+  (flowsim.kernels.gemm, flowsim.kernels.stack, flowsim.kernels.power),
+- attention ``eff_c`` = FlashAttention table interpolated on log(seq_k) and head dim (flowsim.kernels.attention)
+  x power derate,
 - ``eff_m`` = measured stream efficiency (flowsim.kernels.memory), for every kind; ``memory`` rows have only this
   term (their ``flops`` are reported, not priced) and the fixed time of a memory-bound launch as ``latency``
   (flowsim.kernels.memory, measured in profiler traces); attention has no ``latency``.
@@ -12,26 +14,36 @@
 A GPU without its own measurement takes the efficiency of its reference GPU (flowsim.kernels.reference); since
 ``peak`` and ``hbm_Bps`` are the target's own, compute-bound times scale by the FLOP/s ratio and memory-bound
 times by the bandwidth ratio. :func:`kernel_references` reports the choices.
+
+The software stack (:class:`~flowsim.kernels.stack.KernelStack`: release, power limit, calibrated GEMM
+multiplier) comes from the job's config; ``stack=None`` is the default stack (newest measurements, the GPU's own
+power limit, no calibration).
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pandas as pd
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.gpu_specs import GPUSpec
 from flowsim.kernels import attention as attn
 from flowsim.kernels.gemm import (
     gemm_bytes,
     gemm_candidates,
+    gemm_ceiling,
     gemm_latency_s,
     gemm_reference,
     latency_reference,
-    mamf_ceiling,
+    peak_dtype,
+    tiles_for,
 )
 from flowsim.kernels.memory import memory_latency_reference, memory_latency_s, memory_reference, stream_efficiency
 from flowsim.kernels.ops import validate_ops
+from flowsim.kernels.power import clock_fraction
 from flowsim.kernels.reference import Reference, warn_if_scaled
+from flowsim.kernels.stack import DEFAULT_STACK, KernelStack
 from flowsim.units import DTYPE_BYTES
 
 # Shortest kernel in the H200 profiler trace shared/data/traces/flowsim_h200_4rank_sglang_tp4.json.gz
@@ -39,7 +51,8 @@ from flowsim.units import DTYPE_BYTES
 # 1.344 us and 1.984 us minima). A launch takes at least this long on the GPU.
 KERNEL_MIN_TIME_S = 0.896e-6
 
-def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -> np.ndarray:
+def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
+             stack: KernelStack | None = None) -> np.ndarray:
     """Seconds for one launch of each op in an op table, vectorised.
 
     Parameters
@@ -51,6 +64,9 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -> np
     attention_impl : {"fa2", "fa3"}
         FlashAttention implementation whose measurements price attention rows; ``fa3`` needs a Hopper GPU
         (its forward table; its backward uses FA2's, which is all that was measured).
+    stack : KernelStack, optional
+        Software release, power limit and calibrated GEMM multiplier of the job; default
+        :data:`~flowsim.kernels.stack.DEFAULT_STACK`.
 
     Returns
     -------
@@ -65,12 +81,14 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -> np
     Warns
     -----
     FlowsimWarning
-        When ``gpu`` comes from a user spec file and is priced from another GPU's measurements.
+        When ``gpu`` comes from a user spec file and is priced from another GPU's measurements, or when the
+        stack's release has no GEMM measurement of its own and the nearest older (newer) one is used.
     """
-    return _price(ops, gpu, attention_impl)["time_s"]
+    return _price(ops, gpu, attention_impl, stack)["time_s"]
 
 
-def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -> pd.DataFrame:
+def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
+                 stack: KernelStack | None = None) -> pd.DataFrame:
     """Like :func:`op_times`, with the roofline terms: one row per op, index of ``ops``.
 
     Parameters
@@ -80,6 +98,8 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -
     gpu : GPUSpec
         The GPU.
     attention_impl : {"fa2", "fa3"}
+        As in :func:`op_times`.
+    stack : KernelStack, optional
         As in :func:`op_times`.
 
     Returns
@@ -91,7 +111,7 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -
         (the fixed latency or the launch floor is the largest term); ``flops`` (FLOP) and ``bytes`` used;
         ``achieved_flop_per_s`` = flops / time_s.
     """
-    p = _price(ops, gpu, attention_impl)
+    p = _price(ops, gpu, attention_impl, stack)
     df = pd.DataFrame(p, index=ops.index)
     fixed = np.maximum(p["latency_s"], np.where(p["time_s"] == KERNEL_MIN_TIME_S, KERNEL_MIN_TIME_S, 0.0))
     df["bound"] = np.where(
@@ -103,8 +123,11 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2") -
     return df[["time_s", "compute_s", "memory_s", "latency_s", "bound", "flops", "bytes", "achieved_flop_per_s"]]
 
 
-def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str) -> dict:
+def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str, stack: KernelStack | None) -> dict:
     """Roofline terms of every op: dict of float64 arrays time_s, compute_s, memory_s, latency_s, flops, bytes."""
+    stack = DEFAULT_STACK if stack is None else stack
+    if not isinstance(stack, KernelStack):
+        raise ConfigError("stack", "must be a flowsim.kernels.KernelStack", type(stack).__name__)
     if attention_impl not in attn.IMPLS:
         raise ConfigError("attention_impl", f"must be one of {', '.join(attn.IMPLS)}", attention_impl)
     if attention_impl == "fa3" and gpu.arch != "hopper":
@@ -118,9 +141,10 @@ def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str) -> dict:
     refs = [mem_ref]
     for dtype in np.unique(a["dtype"]):
         this = a["dtype"] == dtype
-        groups = [("gemm", lambda r: _gemm_terms(a, r, dtype, gpu, mem_Bps, refs))]
+        groups = [("gemm", lambda r: _gemm_terms(a, r, dtype, gpu, mem_Bps, refs, stack))]
         groups += [
-            (f"attn_{p_}", lambda r, p_=p_: _attention_terms(a, r, dtype, p_, gpu, mem_Bps, attention_impl, refs))
+            (f"attn_{p_}", lambda r, p_=p_: _attention_terms(a, r, dtype, p_, gpu, mem_Bps, attention_impl, refs,
+                                                             stack))
             for p_ in ("fwd", "bwd")
         ]
         groups.append(("memory", lambda r: _memory_terms(a, r, gpu, mem_Bps, refs)))
@@ -136,9 +160,13 @@ def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str) -> dict:
 
 
 def _peak(gpu: GPUSpec, dtype: str) -> float:
-    if dtype not in gpu.peak_flop_per_s:
-        raise ConfigError("dtype", f"{gpu.key} has no {dtype} peak in its spec", dtype)
-    return gpu.peak_flop_per_s[dtype]
+    if dtype == "nvfp4" and gpu.vendor != "nvidia":
+        raise ConfigError("dtype", f"nvfp4 runs on NVIDIA Blackwell tensor cores only ({gpu.key} is {gpu.vendor})",
+                          dtype)
+    pdt = peak_dtype(dtype)
+    if pdt not in gpu.peak_flop_per_s:
+        raise ConfigError("dtype", f"{gpu.key} has no {pdt} peak in its spec", dtype)
+    return gpu.peak_flop_per_s[pdt]
 
 
 def _given_or(a: dict, col: str, rows: np.ndarray, derived: np.ndarray) -> np.ndarray:
@@ -146,15 +174,21 @@ def _given_or(a: dict, col: str, rows: np.ndarray, derived: np.ndarray) -> np.nd
     return np.where(a[col][rows] > 0, a[col][rows], derived)
 
 
-def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: float, refs: list):
+def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: float, refs: list,
+                stack: KernelStack):
     m, n, k, batch = (a[c][rows] for c in ("m", "n", "k", "batch"))
     peak = _peak(gpu, dtype)
     ref = gemm_reference(gpu, dtype)
     refs.append(ref)
-    rate = peak * mamf_ceiling(ref.measured, ref.dtype)
+    ceiling = gemm_ceiling(ref.measured, ref.dtype, stack.release)
+    if ceiling.fallback:
+        warnings.warn(f"software_release {stack.release}: no {ref.measured} {ref.dtype} GEMM measurement on it; "
+                      f"using {ceiling.release} ({ceiling.date}), the nearest {ceiling.fallback} release",
+                      FlowsimWarning, stacklevel=5)
+    rate = peak * ceiling.value * clock_fraction(gpu, ref.measured, stack.power_limit_w) * stack.gemm_scale
     flops = _given_or(a, "flops", rows, 2.0 * m * n * k * batch)
     nbytes = _given_or(a, "bytes", rows, gemm_bytes(m, n, k, batch, dtype))
-    eff, extra = gemm_candidates(m, n, k, batch, gpu.sm_count)
+    eff, extra = gemm_candidates(m, n, k, batch, gpu.sm_count, tiles_for(gpu))
     with np.errstate(divide="ignore"):
         t_c = flops[:, None] / (rate * eff)
     t_m = (nbytes[:, None] + extra) / mem_Bps
@@ -166,7 +200,7 @@ def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: fl
             nbytes + np.take_along_axis(extra, best, 1)[:, 0])
 
 
-def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs):
+def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs, stack):
     if dtype not in ("bf16", "fp16", "fp8"):
         raise ConfigError("dtype", "attention rows must be bf16, fp16 or fp8", dtype)
     cols = ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "causal")
@@ -183,7 +217,8 @@ def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs):
             grid = attn.efficiency_grid(ref.measured, impl, pass_, c)
             eff[sel] = attn.interpolate_efficiency(grid, d[sel], sk[sel])
     # FlashAttention was measured in fp16/bf16; fp8 rows are priced at that rate (no fp8 measurement).
-    return flops / (attn.fp16_peak(gpu) * eff), nbytes / mem_Bps, np.zeros(rows.size), flops, nbytes
+    rate = attn.fp16_peak(gpu) * clock_fraction(gpu, ref.measured, stack.power_limit_w)
+    return flops / (rate * eff), nbytes / mem_Bps, np.zeros(rows.size), flops, nbytes
 
 
 def _memory_terms(a, rows, gpu, mem_Bps, refs):
@@ -195,19 +230,22 @@ def _memory_terms(a, rows, gpu, mem_Bps, refs):
     return np.zeros(rows.size), a["bytes"][rows] / mem_Bps, latency, a["flops"][rows], a["bytes"][rows]
 
 
-def gemm_time(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, batch: int = 1) -> float:
+def gemm_time(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, batch: int = 1,
+              stack: KernelStack | None = None) -> float:
     """Seconds for one GEMM launch C[m, n] = A[m, k] B[k, n] (``batch`` of them); see :func:`op_times`.
 
     Parameters
     ----------
     m, n, k : int
         GEMM dimensions, >= 1.
-    dtype : {"fp32", "tf32", "bf16", "fp16", "fp8"}
-        Input dtype (the GPU must have a peak for it).
+    dtype : {"fp32", "tf32", "bf16", "fp16", "fp8", "nvfp4", "mxfp4"}
+        Input dtype (the GPU must have a peak for it; both FP4 formats use the ``fp4`` peak).
     gpu : GPUSpec
         The GPU.
     batch : int
         Independent GEMMs of this shape in the launch, >= 1.
+    stack : KernelStack, optional
+        As in :func:`op_times`.
 
     Returns
     -------
@@ -221,7 +259,7 @@ def gemm_time(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, batch: int = 1) 
     824
     """
     ops = pd.DataFrame({"kind": ["gemm"], "dtype": [dtype], "m": [m], "n": [n], "k": [k], "batch": [batch]})
-    return float(op_times(ops, gpu)[0])
+    return float(op_times(ops, gpu, stack=stack)[0])
 
 
 def attention_time(

@@ -7,7 +7,8 @@ One row is one kernel launch. Columns (absent numeric columns and empty (NaN) ce
 column        type      meaning
 ============  ========  ==============================================================================
 kind          str       ``gemm``, ``attn_fwd``, ``attn_bwd`` or ``memory`` (required)
-dtype         str       ``fp32``, ``tf32``, ``bf16``, ``fp16`` or ``fp8`` (required)
+dtype         str       ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``, ``nvfp4`` or ``mxfp4`` (required;
+                        block-scaled FP4 on GEMM rows only)
 m, n, k       int       GEMM C[m, n] = A[m, k] B[k, n] (>= 1 on gemm rows)
 batch         int       GEMM: independent GEMMs of that shape in one launch; attention: batch size
                         (0 is read as 1)
@@ -30,7 +31,7 @@ import pandas as pd
 from flowsim.errors import ConfigError
 
 KINDS = ("gemm", "attn_fwd", "attn_bwd", "memory")
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 SHAPE_COLUMNS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim")
 OP_COLUMNS = ("kind", "dtype") + SHAPE_COLUMNS + ("causal", "flops", "bytes")
 """Column names of an op table, in documentation order."""

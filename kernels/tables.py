@@ -5,6 +5,10 @@ Tables (one CSV each; units in the column names):
 ``gemm_mamf``
     Maximum achievable matmul FLOP/s per GPU and dtype at the best shape of a brute-force search.
     Columns: gpu, dtype, mamf_tflops, theory_tflops, best_m, best_n, best_k, torch_version, source.
+``gemm_release``
+    Large GEMMs measured by other benchmarks on a named software stack (dated in ``software_releases``, see
+    :mod:`flowsim.kernels.stack`): the ceilings of other releases and dtypes (FP4).
+    Columns: gpu, dtype, tflops, m, n, k, release, data (input initialisation: ``random``), source.
 ``gemm_latency``
     The shortest GEMM launch (time and shape) in a profiler trace of each GPU, from which the fixed GEMM latency
     is derived. Columns: gpu, time_us, kernel, dtype, m, n, k, batch, source.
@@ -30,7 +34,7 @@ import pandas as pd
 from flowsim.errors import ConfigError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-TABLES = ("gemm_mamf", "gemm_latency", "flash_attention", "hbm_stream", "memory_latency")
+TABLES = ("gemm_mamf", "gemm_release", "gemm_latency", "flash_attention", "hbm_stream", "memory_latency")
 
 
 def read_measurement_csv(path) -> pd.DataFrame:
@@ -68,7 +72,7 @@ def load_table(name: str) -> pd.DataFrame:
     Parameters
     ----------
     name : str
-        One of ``TABLES``: ``gemm_mamf``, ``gemm_latency``, ``flash_attention``, ``hbm_stream``,
+        One of ``TABLES``: ``gemm_mamf``, ``gemm_release``, ``gemm_latency``, ``flash_attention``, ``hbm_stream``,
         ``memory_latency``.
     """
     if name not in TABLES:

@@ -238,7 +238,8 @@ GEMM_1 = {"kind": ["gemm"], "dtype": ["bf16"], "m": [1], "n": [1], "k": [1]}
     [
         ({"kind": ["conv"], "dtype": ["bf16"]},
          r"^kind: must be one of gemm, attn_fwd, attn_bwd, memory \(got 'conv' in row 0\)$"),
-        ({**GEMM_1, "dtype": ["int8"]}, r"^dtype: must be one of fp32, tf32, bf16, fp16, fp8 \(got 'int8' in row 0\)$"),
+        ({**GEMM_1, "dtype": ["int8"]},
+         r"^dtype: must be one of fp32, tf32, bf16, fp16, fp8, nvfp4, mxfp4 \(got 'int8' in row 0\)$"),
         ({**GEMM_1, "m": [-4]}, r"^m: must be >= 0 \(got -4 in row 0\)$"),
         ({**GEMM_1, "k": [0]}, r"^k: must be >= 1 for gemm rows \(got 0 in row 0\)$"),
         ({"kind": ["attn_fwd"], "dtype": ["bf16"], "heads": [8], "seq_q": [1], "seq_k": [1]},

@@ -14,9 +14,9 @@ def test_seed_db_schema_and_rows():
     db = seed_db()
     assert tuple(db.columns) == DB_COLUMNS
     counts = db.groupby("op").size().to_dict()
-    # 14 MAMF + 3 latency GEMM rows; 48 FA2 fwd+bwd rows (A100, H100); 72 H100 forward rows (FA2, FA3);
-    # 9 devices x 4 stream kernels
-    assert counts == {"gemm": 17, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
+    # 14 MAMF + 5 release-dated (Azure cuBLASLt) + 3 latency GEMM rows; 48 FA2 fwd+bwd rows (A100, H100);
+    # 72 H100 forward rows (FA2, FA3); 9 devices x 4 stream kernels
+    assert counts == {"gemm": 22, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
     assert db["source"].str.len().min() > 20
     h100 = db[(db.op == "gemm") & (db.gpu == "h100-sxm") & (db.dtype == "bf16")].iloc[0]
     # 2*2048*2048*13312 FLOP at 794.5 TFLOP/s

@@ -74,7 +74,8 @@ def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, as_json):
     if op.startswith("attn"):
         row.update(causal=causal, kv_heads=kv_heads)
     b = op_breakdown(pd.DataFrame([row]), spec, attention_impl=attention_impl).iloc[0]
-    tables = {"gemm": ("gemm_mamf", "gemm_latency"), "memory": ("memory_latency",)}.get(op, ("flash_attention",))
+    tables = {"gemm": ("gemm_mamf", "gemm_release", "gemm_latency"),
+              "memory": ("memory_latency",)}.get(op, ("flash_attention",))
     refs = kernel_references(spec, (dtype,) if op == "gemm" else None)
     refs = [r for r in refs if r.table in tables + ("hbm_stream",)]
     peak = spec.peak_flop_per_s.get(dtype if op != "memory" else "", float("nan"))
@@ -106,13 +107,13 @@ def show(gpu, as_json):
     """What the kernel database holds, per GPU (or, with --gpu, the references and rows for one GPU)."""
     db = seed_db()
     if gpu is None:
-        summary = db.groupby(["gpu", "op", "impl", "dtype"]).size().reset_index(name="rows")
+        summary = db.groupby(["gpu", "op", "impl", "dtype", "stack"]).size().reset_index(name="rows")
         if as_json:
             echo_json({"db": summary.to_dict(orient="records")})
         else:
             click.echo(format_table(summary.to_dict(orient="records"), [
                 ("gpu", "gpu", ""), ("op", "op", ""), ("impl", "impl", ""), ("dtype", "dtype", ""),
-                ("rows", "rows", "d"),
+                ("stack", "measured on", ""), ("rows", "rows", "d"),
             ]))
         return
     spec = get_gpu(gpu)
@@ -130,7 +131,8 @@ def show(gpu, as_json):
               time_us=r["time_s"] / units.US) for r in rows.to_dict(orient="records")],
         [("gpu", "gpu", ""), ("op", "op", ""), ("impl", "impl", ""), ("dtype", "dtype", ""), ("m", "m", "d"),
          ("n", "n", "d"), ("k", "k", "d"), ("seq_k", "seq", "d"), ("head_dim", "hd", "d"), ("causal", "causal", ""),
-         ("time_us", "time us", ".1f"), ("tflops", "TFLOP/s", ".1f"), ("gbps", "GB/s", ".0f")],
+         ("time_us", "time us", ".1f"), ("tflops", "TFLOP/s", ".1f"), ("gbps", "GB/s", ".0f"),
+         ("stack", "measured on", "")],
     ))
 
 

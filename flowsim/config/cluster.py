@@ -9,6 +9,8 @@ NETWORKS = ("rail_optimized", "rail_only", "fat_tree")
 ECMP_MODES = ("hash", "ideal")
 CPUS = ("intel", "amd", "arm")
 
+MAX_POWER_LIMIT_W = 5000.0
+"""Largest accepted GPU power limit: 3.5x the largest board power in gpu_specs (GB300, 1,400 W)."""
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -52,6 +54,9 @@ class ClusterConfig:
         Leaf switches per rail (``rail_optimized``, ``rail_only``); 0 (default) uses as few as the radix
         allows, ``ceil(num_nodes / (switch_radix // 2))``.
     """
+    power_limit_w : float
+        Board power limit of every GPU in W; 0 (default) keeps the GPU spec's own. Compute ceilings measured at a
+        higher board power are derated by ``(limit / measured) ** (1/3)`` (:mod:`flowsim.kernels.power`).
 
     gpu: str
     num_gpus: int
@@ -68,6 +73,7 @@ class ClusterConfig:
     ecmp: str = "hash"
     leaves_per_rail: int = 0
 
+    power_limit_w: float = 0.0
     def __post_init__(self):
         if self.nvlink_domain == 0:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
@@ -105,5 +111,9 @@ class ClusterConfig:
             raise ConfigError("ecmp", f"must be one of {', '.join(ECMP_MODES)}", self.ecmp)
         if not isinstance(self.leaves_per_rail, int) or isinstance(self.leaves_per_rail, bool) \
                 or self.leaves_per_rail < 0:
+        if isinstance(self.power_limit_w, bool) or not isinstance(self.power_limit_w, (int, float)) \
+                or not 0.0 <= self.power_limit_w <= MAX_POWER_LIMIT_W:  # NaN fails the comparison
+            raise ConfigError("power_limit_w", f"must be a finite number in [0, {MAX_POWER_LIMIT_W:g}] W "
+                              "(0 = the GPU's own)", self.power_limit_w)
             raise ConfigError("leaves_per_rail", "must be an integer >= 0 (0 = as few as the radix allows)",
                               self.leaves_per_rail)

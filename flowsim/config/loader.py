@@ -12,7 +12,7 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.config.model import ModelConfig
 from flowsim.config.sim import SimConfig
 from flowsim.config.training import TrainingConfig
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, did_you_mean
 
 ALIASES = {
     "tp": "tensor_model_parallel_size",
@@ -61,7 +61,9 @@ def _section_of(key: str) -> str:
     for sec, fields in _FIELDS.items():
         if key in fields and key != "name":
             return sec
-    raise ConfigError(key, "unknown key (see `flowsim estimate --help` for the accepted names)")
+    known = [*ALIASES, *(name for fields in _FIELDS.values() for name in fields)]
+    raise ConfigError(key, f"unknown key{did_you_mean(key, known)} (see `flowsim estimate --help` for the accepted "
+                      "names)")
 
 
 _PRESETS = Path(__file__).resolve().parent.parent / "presets"

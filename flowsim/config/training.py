@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from flowsim.config.layout import PIPELINE_SCHEDULES
 from flowsim.errors import ConfigError, check_ints
 
+from flowsim.kernels.calibration import load_profile
+from flowsim.kernels.stack import release as kernel_release
 RECOMPUTE = ("none", "selective", "full")
 MEGATRON_MODULES = {
     "core_attn": "the attention kernel (FlashAttention forward, or scores/softmax/context without it) and its "
@@ -143,6 +145,14 @@ class TrainingConfig:
     host_overhead : str
         CPU cost of issuing kernels (:mod:`flowsim.model.host_costs`, priced on the cluster's ``cpu``):
         ``none`` (default: the GPU never waits for the CPU), ``eager``, ``megatron``, ``te`` or ``compiled``.
+    software_release : str
+        Software release the kernels are priced on (:mod:`flowsim.kernels.stack`, table ``software_releases``;
+        e.g. ``nemo-24.07``); empty (default) takes ``framework_version`` where that is a listed release, else
+        the newest kernel measurements. A release without its own GEMM measurement uses the nearest older one,
+        with a warning.
+    calibration : str
+        Calibration profile applied to the kernel pricing (:mod:`flowsim.kernels.calibration`): a YAML file
+        written by ``flowsim calibrate``, ``default`` for the shipped one, or empty (default) for none.
     """
 
     tensor_model_parallel_size: int = 1
@@ -196,6 +206,8 @@ class TrainingConfig:
     @property
     def dp(self) -> int:
         return self.data_parallel_size
+    software_release: str = ""
+    calibration: str = ""
 
     @property
     def cp(self) -> int:
@@ -307,3 +319,7 @@ class TrainingConfig:
         if not self.bucket_size_bytes >= 0:
             raise ConfigError("bucket_size_bytes", "must be >= 0 (0 = the framework's default)",
                               self.bucket_size_bytes)
+        if self.software_release:
+            kernel_release(self.software_release)  # ConfigError naming software_release if unknown
+        if self.calibration:
+            load_profile(self.calibration)  # ConfigError naming the profile field that is wrong

@@ -1,0 +1,234 @@
+"""Calibration profiles: global efficiency parameters fitted to whole-step runs, and how a job applies them.
+
+Kernel constants come from kernel measurements. What those do not pin down (the sustained GEMM rate of a
+software family on a GPU generation inside a training loop) may be fitted to measured steps by
+``flowsim calibrate`` (:mod:`flowsim.calibrate`), globally per GPU generation and software family, each
+parameter inside a stated physical range. The fit writes a profile file; a job names it with the config key
+``calibration`` (a path, or ``default`` for the shipped profile) and the kernel pricing applies it through
+:func:`job_stack`.
+
+Profile file (YAML)::
+
+    schema: flowsim-calibration-profile/1
+    fitted_on: <runs file and rows>
+    command: <the command that produced it>
+    errors: {uncalibrated_median_pct: .., in_sample_median_pct: .., loso_median_pct: ..}
+    parameters:
+      - name: gemm_fraction          # one of PARAMETERS
+        arch: hopper                 # GPU generation (GPUSpec.arch)
+        family: megatron-core-2024   # software family (flowsim.kernels.stack)
+        value: 0.91
+        range: [0.6, 1.15]           # must be PARAMETERS[name].range
+        uncertainty: 0.01            # one standard error
+        rows: 40                     # rows that informed it
+        fitted_on: <sources>
+        cv_error_pct: 9.8            # leave-one-source-out median |error| with the parameter in the profile
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import GPUSpec
+from flowsim.kernels.stack import KernelStack, release, releases
+
+SCHEMA = "flowsim-calibration-profile/1"
+DEFAULT_PROFILE = Path(__file__).resolve().parent / "data" / "calibration_default.yaml"
+"""The shipped profile (config ``calibration: default``), fitted by the command in docs/ACCURACY.md."""
+ARCHS = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """A calibratable parameter: its physical ``range`` (low, high), unit and where the range comes from."""
+
+    name: str
+    range: tuple
+    unit: str
+    meaning: str
+    source: str
+
+
+PARAMETERS = {
+    "gemm_fraction": ParameterSpec(
+        "gemm_fraction", (0.6, 1.15), "dimensionless",
+        "sustained GEMM rate in training over the kernel-benchmark ceiling, per GPU generation x software family",
+        "high: +15 %, what non-random (zeros) inputs buy over random ones at a power limit (Horace He, A100, "
+        "shared/data/kernel_measurements_additions.md s3), so a sustained rate cannot beat a random-data "
+        "benchmark by more; low: 0.6, as far below the benchmark as the worst large-GEMM measurement in the shared "
+        "data falls below its datasheet peak (Azure GB200 FP8, random data: 2,907 / 5,000 = 0.58)"),
+}
+"""Parameters ``flowsim calibrate`` may fit, by name."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted parameter of a profile (fields as in the module docstring)."""
+
+    name: str
+    arch: str
+    family: str
+    value: float
+    range: tuple
+    uncertainty: float
+    rows: int
+    fitted_on: str
+    cv_error_pct: float
+
+    @property
+    def key(self) -> str:
+        """``name:arch:family``, e.g. ``gemm_fraction:hopper:megatron-core-2024``."""
+        return f"{self.name}:{self.arch}:{self.family}"
+
+    def to_dict(self) -> dict:
+        """The YAML mapping of this parameter."""
+        return {"name": self.name, "arch": self.arch, "family": self.family, "value": round(self.value, 6),
+                "range": list(self.range), "uncertainty": round(self.uncertainty, 6), "rows": self.rows,
+                "fitted_on": self.fitted_on, "cv_error_pct": round(self.cv_error_pct, 3)}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A calibration profile: ``parameters`` (tuple of :class:`Parameter`) and the fit's provenance."""
+
+    parameters: tuple
+    fitted_on: str = ""
+    command: str = ""
+    errors: tuple = ()
+
+    def value(self, name: str, arch: str, family: str) -> float:
+        """The fitted value of ``name`` for (arch, family); 1.0 (uncalibrated) when the profile has none."""
+        for p in self.parameters:
+            if (p.name, p.arch, p.family) == (name, arch, family):
+                return p.value
+        return 1.0
+
+    def to_dict(self) -> dict:
+        """The YAML mapping of the profile."""
+        return {"schema": SCHEMA, "fitted_on": self.fitted_on, "command": self.command,
+                "errors": {k: round(v, 3) for k, v in self.errors},
+                "parameters": [p.to_dict() for p in self.parameters]}
+
+
+def write_profile(profile: Profile, path) -> None:
+    """Write ``profile`` as YAML to ``path`` (``-`` is not handled here; the CLI prints instead)."""
+    Path(path).write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False, width=118))
+
+
+def profile_path(name: str) -> Path:
+    """Path of a profile named in a config: ``default`` is the shipped one, anything else a file path."""
+    return DEFAULT_PROFILE if str(name).strip().lower() == "default" else Path(name)
+
+
+def load_profile(name: str) -> Profile:
+    """Read and check a profile file (``default`` = the shipped profile).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field: unreadable file or bad YAML (``calibration``), a wrong ``schema``, a
+        parameter with a missing field, an unknown name, GPU generation or software family, a range that is not
+        the parameter's physical range, or a value outside it (``calibration: parameters[i].<field>``).
+    """
+    path = profile_path(name)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError as e:
+        raise ConfigError("calibration", f"cannot read profile file: {e.strerror}", str(name)) from None
+    return _load(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: str, _stamp: int) -> Profile:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError("calibration", f"cannot read profile file: {e.strerror}", path) from None
+    except yaml.YAMLError as e:
+        raise ConfigError("calibration", f"not valid YAML: {str(e).splitlines()[0]}", path) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("calibration", "a profile is a YAML mapping", path)
+    if raw.get("schema") != SCHEMA:
+        raise ConfigError("calibration.schema", f"must be {SCHEMA}", raw.get("schema"))
+    items = raw.get("parameters")
+    if not isinstance(items, list):
+        raise ConfigError("calibration.parameters", "must be a list of parameters", type(items).__name__)
+    params = tuple(_parameter(i, p) for i, p in enumerate(items))
+    keys = [p.key for p in params]
+    dup = [k for k in keys if keys.count(k) > 1]
+    if dup:
+        raise ConfigError("calibration.parameters", "a parameter is listed twice", dup[0])
+    errors = raw.get("errors") or {}
+    return Profile(params, str(raw.get("fitted_on", "")), str(raw.get("command", "")),
+                   tuple((str(k), float(v)) for k, v in errors.items()))
+
+
+_FIELDS = ("name", "arch", "family", "value", "range", "uncertainty", "rows", "fitted_on", "cv_error_pct")
+
+
+def _parameter(i: int, p) -> Parameter:
+    where = f"calibration.parameters[{i}]"
+    if not isinstance(p, dict):
+        raise ConfigError(where, "must be a mapping", p)
+    for f in _FIELDS:
+        if f not in p or p[f] is None:
+            raise ConfigError(f"{where}.{f}", "required field is missing")
+    spec = PARAMETERS.get(p["name"])
+    if spec is None:
+        raise ConfigError(f"{where}.name", f"unknown parameter; known: {', '.join(PARAMETERS)}", p["name"])
+    if p["arch"] not in ARCHS:
+        raise ConfigError(f"{where}.arch", f"must be one of {', '.join(ARCHS)}", p["arch"])
+    families = set(releases()["family"]) - {"benchmark"}
+    if p["family"] not in families:
+        raise ConfigError(f"{where}.family", f"must be one of {', '.join(sorted(families))}", p["family"])
+    rng = p["range"]
+    if not (isinstance(rng, list) and len(rng) == 2 and tuple(float(x) for x in rng) == spec.range):
+        raise ConfigError(f"{where}.range", f"must be the physical range of {spec.name}, {list(spec.range)}", rng)
+    for f in ("value", "uncertainty", "cv_error_pct"):
+        v = p[f]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"{where}.{f}", "must be a finite number", v)
+    if not spec.range[0] <= p["value"] <= spec.range[1]:
+        raise ConfigError(f"{where}.value", f"must lie inside its range {list(spec.range)}", p["value"])
+    if isinstance(p["rows"], bool) or not isinstance(p["rows"], int) or p["rows"] < 3:
+        raise ConfigError(f"{where}.rows", "must be an integer >= 3 (a parameter needs 3 rows to be fitted)",
+                          p["rows"])
+    return Parameter(p["name"], p["arch"], p["family"], float(p["value"]), spec.range, float(p["uncertainty"]),
+                     p["rows"], str(p["fitted_on"]), float(p["cv_error_pct"]))
+
+
+def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0.0,
+              calibration: str = "", framework_version: str = "") -> KernelStack:
+    """The :class:`KernelStack` of a job: its release, power limit and calibrated GEMM multiplier.
+
+    Parameters
+    ----------
+    gpu : GPUSpec
+        The job's GPU (its ``arch`` selects the profile's parameter).
+    software_release : str
+        Config ``software_release`` (``""`` = ``framework_version`` when that is a listed release, else the
+        default stack).
+    power_limit_w : float
+        Config ``power_limit_w`` in W (0 = the GPU's own).
+    calibration : str
+        Config ``calibration``: a profile path, ``default``, or ``""`` (none).
+    framework_version : str
+        Config ``framework_version`` (:mod:`flowsim.model.profiles`).
+
+    Returns
+    -------
+    KernelStack
+        ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family); 1 without a
+        profile, a release, or a fitted value for that pair.
+    """
+    if not software_release and framework_version.strip().lower() in releases().index:
+        software_release = framework_version
+    scale = 1.0
+    if calibration and software_release:
+        scale = load_profile(calibration).value("gemm_fraction", gpu.arch, release(software_release).family)
+    return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale)

@@ -1,0 +1,119 @@
+"""The software stack a job runs on: its release, the GPU's power limit and a calibrated GEMM multiplier.
+
+Kernel efficiency depends on the software that runs the kernels (CUDA, cuBLAS, Transformer Engine, the
+framework's container) as much as on the GPU. Every measured GEMM row names the stack it was measured on
+(table ``software_releases``: one row per release with its date and software family), and a job names its
+own release (config key ``software_release``, the runs schema v2 ``framework_version``). The GEMM ceiling of
+a job is then the measurement of the nearest older release on the reference GPU (the nearest newer one when
+none is older), with a :class:`~flowsim.errors.FlowsimWarning` whenever it is not the job's own release
+(:func:`flowsim.kernels.gemm.gemm_ceiling`).
+
+``software_releases`` columns: ``release`` (key, lower case: framework releases as the runs schema v2 writes
+them, and the benchmark stacks the kernel tables were measured on), ``date`` (``YYYY-MM``), ``family``
+(software family that calibration parameters are keyed on; ``benchmark`` for a kernel-benchmark stack),
+``stack`` (what the release contains), ``source``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from flowsim.errors import ConfigError
+from flowsim.kernels.tables import DATA_DIR, read_measurement_csv
+
+RELEASES_FILE = "software_releases.csv"
+_DATE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One row of ``software_releases``: ``key``, ``date`` (``YYYY-MM``), ``family``, ``stack``, ``source``."""
+
+    key: str
+    date: str
+    family: str
+    stack: str
+    source: str
+
+
+@functools.lru_cache(maxsize=None)
+def releases() -> pd.DataFrame:
+    """The ``software_releases`` table, indexed by release key (cached; treat as read-only).
+
+    Raises
+    ------
+    ConfigError
+        A row without a source, a date not in ``YYYY-MM`` form, or a key listed twice.
+    """
+    t = read_measurement_csv(DATA_DIR / RELEASES_FILE)
+    for r in t.itertuples():
+        if not _DATE.match(str(r.date)):
+            raise ConfigError(f"{RELEASES_FILE}: date", "must be YYYY-MM", f"{r.date!r} for {r.release}")
+    dup = t["release"][t["release"].duplicated()]
+    if len(dup):
+        raise ConfigError(f"{RELEASES_FILE}: release", "listed twice", dup.iloc[0])
+    return t.set_index("release", drop=False)
+
+
+def release(key: str) -> Release:
+    """The release ``key`` (case and surrounding blanks ignored).
+
+    Raises
+    ------
+    ConfigError
+        ``software_release: unknown release; known: ...`` for a key not in the table.
+    """
+    t = releases()
+    k = str(key).strip().lower()
+    if k not in t.index:
+        known = ", ".join(t.index[t["family"] != "benchmark"])
+        raise ConfigError("software_release", f"unknown release; known: {known}", key)
+    r = t.loc[k]
+    return Release(r["release"], r["date"], r["family"], r["stack"], r["source"])
+
+
+@dataclass(frozen=True)
+class KernelStack:
+    """What the kernels of one job run on, beyond the GPU datasheet.
+
+    Attributes
+    ----------
+    release : str
+        Software release key (table ``software_releases``); ``""`` prices every op with the newest
+        measurement of each table (the default stack).
+    power_limit_w : float
+        Board power limit in W; 0 uses the GPU spec's own limit (``GPUSpec.power_limit_w``, the board power
+        when the spec sets none). Compute ceilings are derated below the measured GPU's board power
+        (:mod:`flowsim.kernels.power`).
+    gemm_scale : float
+        Calibrated sustained-GEMM multiplier on the GEMM compute ceiling (a calibration profile's
+        ``gemm_fraction`` for this GPU generation and software family; 1 = uncalibrated), > 0.
+    """
+
+    release: str = ""
+    power_limit_w: float = 0.0
+    gemm_scale: float = 1.0
+
+    def __post_init__(self):
+        if self.release:
+            object.__setattr__(self, "release", release(self.release).key)
+        if not (isinstance(self.power_limit_w, (int, float)) and math.isfinite(self.power_limit_w)
+                and self.power_limit_w >= 0):
+            raise ConfigError("power_limit_w", "must be a number of watts >= 0 (0 = the GPU's own)",
+                              self.power_limit_w)
+        if not (isinstance(self.gemm_scale, (int, float)) and math.isfinite(self.gemm_scale)
+                and self.gemm_scale > 0):
+            raise ConfigError("gemm_scale", "must be a number > 0", self.gemm_scale)
+
+    @property
+    def family(self) -> str:
+        """Software family of the release (``""`` for the default stack)."""
+        return release(self.release).family if self.release else ""
+
+
+DEFAULT_STACK = KernelStack()
+"""The stack of the shipped tables' newest rows, at the GPU's own power limit, uncalibrated."""
