@@ -29,6 +29,13 @@ schedule of unknown degree; 1F1B is simulated, which has the largest bubble); ``
 ``kv_channels`` -> h / heads; ``nic_gbps_per_gpu`` -> unused for a single-node job, else the NIC rate of
 the built-in cluster preset with the same GPU (the job is skipped when there is none). A row whose
 layout (tp, pp, dp, cp), GPU count, batch or model size is empty is skipped.
+
+Runs schema v2 (optional framework-setting columns): a ``framework_version`` that flowsim has a profile of
+(:mod:`flowsim.model.profiles`) selects that release's defaults; every filled :data:`V2_SETTINGS` cell sets its
+config key and overrides the profile (an empty cell leaves the profile's default, or flowsim's without a
+profile). Each row's assumptions say which settings came from the row and which from the profile. A cell with a
+wrong value (``overlap_grad_reduce: 2``, ``attention_impl: fast``) skips its row with a one-line reason naming
+the column and the allowed values. v1 files (no such columns) map as before.
 """
 from __future__ import annotations
 
@@ -59,6 +66,15 @@ TEXT_COLUMNS = ("source", "source_detail", "model", "gpu", "recompute", "precisi
 
 REQUIRED_COLUMNS = NUMERIC_COLUMNS + TEXT_COLUMNS
 """Every column the validation loop reads; a CSV without one of them is rejected as a whole."""
+
+V2_SETTING_COLUMNS = ("attention_impl", "attention_dropout", "hidden_dropout", "overlap_grad_reduce",
+                      "overlap_param_gather", "tp_comm_overlap", "cuda_graphs", "torch_compile", "grad_reduce_dtype")
+"""Framework-setting columns of runs schema v2 that map to config keys through :data:`V2_SETTINGS` (read as
+text, each cell checked when its row is mapped, so a bad cell skips only its row)."""
+V2_NUMERIC_COLUMNS = ("etp",)
+V2_TEXT_COLUMNS = ("framework_version", "moe_token_dispatcher") + V2_SETTING_COLUMNS
+"""Optional framework-setting columns of runs schema v2 that the validation loop reads (an absent column reads as
+empty cells)."""
 
 NVL_HOST_GPUS = {"gb200": 4, "gb300": 4}
 """GPUs per host (compute tray) of the rack-scale NVLink systems whose CSV rows give the NVLink domain
@@ -253,7 +269,8 @@ def read_runs(path: str | Path) -> tuple[pd.DataFrame, list[SkippedRun]]:
             missing = [c for c in REQUIRED_COLUMNS if c not in header]
             if missing:
                 raise ConfigError(missing[0], "required column of runs schema v1 is missing", str(path))
-            col = {name: header.index(name) for name in REQUIRED_COLUMNS}
+            col = {name: header.index(name) for name in REQUIRED_COLUMNS + V2_NUMERIC_COLUMNS + V2_TEXT_COLUMNS
+                   if name in header}
             records, skipped = [], []
             line = reader.line_num + 1
             for cells in reader:
@@ -268,7 +285,8 @@ def read_runs(path: str | Path) -> tuple[pd.DataFrame, list[SkippedRun]]:
         raise ConfigError("runs", f"cannot read file: {e.strerror}", str(path)) from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ConfigError("runs", f"not a readable CSV file: {e}", str(path)) from None
-    frame = pd.DataFrame(records, columns=["line", *REQUIRED_COLUMNS]).set_index("line")
+    frame = pd.DataFrame(records, columns=["line", *REQUIRED_COLUMNS, *V2_NUMERIC_COLUMNS, *V2_TEXT_COLUMNS]
+                         ).set_index("line")
     frame["id"] = frame["id"].astype("int64")
     return frame, skipped
 
@@ -293,8 +311,8 @@ def _parse_record(cells: list[str], n_header: int, col: Mapping[str, int], line:
     if row_id is None:
         raise _MalformedRow(None, f"line {line}: id: must be an integer (got {raw_id!r})")
     record = {"line": line}
-    for name in NUMERIC_COLUMNS:
-        text = cells[col[name]].strip()
+    for name in NUMERIC_COLUMNS + V2_NUMERIC_COLUMNS:
+        text = cells[col[name]].strip() if name in col else ""
         try:
             value = float(text) if text else math.nan
         except ValueError:
@@ -302,9 +320,9 @@ def _parse_record(cells: list[str], n_header: int, col: Mapping[str, int], line:
         if value is None or (text and not math.isfinite(value)):
             raise _MalformedRow(row_id, f"line {line}: {name}: must be a finite number (got {text!r})")
         record[name] = value
-    for name in TEXT_COLUMNS:
-        text = cells[col[name]].strip()
-        record[name] = text.lower() if name in ("recompute", "precision") else text
+    for name in TEXT_COLUMNS + V2_TEXT_COLUMNS:
+        text = cells[col[name]].strip() if name in col else ""
+        record[name] = text.lower() if name in ("recompute", "precision", "moe_token_dispatcher") else text
     return record
 
 
@@ -318,6 +336,70 @@ def _int_or_value(value):
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+def _flag(column: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ConfigError(column, "must be 0 or 1", text)
+    return text == "1"
+
+
+def _probability(column: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(column, "must be a probability in [0, 1)", text)
+    return value
+
+
+def _choice(column: str, text: str, allowed: tuple) -> str:
+    if text not in allowed:
+        raise ConfigError(column, f"must be one of {', '.join(allowed)}", text)
+    return text
+
+
+V2_SETTINGS = {
+    "attention_impl": lambda v: {"use_flash_attn": _choice("attention_impl", v, ("flash", "unfused")) == "flash"},
+    "attention_dropout": lambda v: {"attention_dropout": _probability("attention_dropout", v)},
+    "hidden_dropout": lambda v: {"hidden_dropout": _probability("hidden_dropout", v)},
+    "overlap_grad_reduce": lambda v: {"overlap_grad_reduce": _flag("overlap_grad_reduce", v)},
+    "overlap_param_gather": lambda v: {"overlap_param_gather": _flag("overlap_param_gather", v)},
+    "tp_comm_overlap": lambda v: {"tp_comm_overlap": _flag("tp_comm_overlap", v)},
+    # the schema does not say the scope: per-layer graphs, the smaller of the two savings
+    "cuda_graphs": lambda v: {"cuda_graphs": "layer" if _flag("cuda_graphs", v) else "none"},
+    # model-level torch.compile: Inductor's fused kernels at its launcher's host cost; 0 leaves the profile's
+    "torch_compile": lambda v: {"kernel_fusion": "fused", "host_overhead": "compiled"}
+    if _flag("torch_compile", v) else {},
+    "grad_reduce_dtype": lambda v: {"grad_reduce_dtype": _choice("grad_reduce_dtype", v, ("fp32", "bf16", "fp16"))},
+}
+"""Runs schema v2 column -> the config keys a filled cell sets (ConfigError naming the column for a bad cell).
+A stated cell overrides the framework profile's default; an empty cell leaves the profile's."""
+
+
+def _v2_settings(row: Mapping, assumptions: list) -> dict:
+    """Config keys of the row's framework profile (``framework`` / ``framework_version``, when flowsim has a
+    profile of the release) and of its filled :data:`V2_SETTINGS` cells, with one assumption line saying which
+    settings the row states (the profile's defaults are listed after build_config has applied them)."""
+    out, stated = {}, []
+    release = str(row.get("framework_version", "") or "")
+    if release:
+        from flowsim.model.profiles import find_release
+
+        prof = find_release(release)
+        if prof is not None:
+            out.update(framework=prof.framework, framework_version=release)
+        else:
+            assumptions.append(f"framework_version: no flowsim profile of {release} (settings from the row only)")
+    for column, to_config in V2_SETTINGS.items():
+        text = str(row.get(column, "") or "").strip().lower()
+        if text:
+            out.update(to_config(text))
+            stated.append(f"{column}={text}")
+    if stated:
+        assumptions.append("settings from the row: " + ", ".join(stated))
+    return out
 
 
 def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
@@ -429,6 +511,7 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
         "use_distributed_optimizer": distributed_optimizer,
         "zero_stage": zero_stage,
     }
+    training.update(_v2_settings(row, assumptions))
     training.update(_software_facts(row, model["num_layers"], training, assumptions))
     return {"model": model, "cluster": cluster, "training": training}, tuple(assumptions)
 
@@ -484,6 +567,8 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
 
     * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
     * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
+    * (These two, and eager kernels for torchtitan, only where the row's v2 columns ``attention_impl``,
+      ``tp_comm_overlap`` and ``torch_compile`` do not state the setting: ``training`` holds what they state.)
     * Selective recompute outside Megatron-LM / NeMo is the source's own policy (:mod:`flowsim.model.recompute`):
       notes that say every n-th block (or layer-level) is checkpointed give ``selective_ac_option: N``, with
       N = 2 (torchtitan's default option) when the notes do not give it; other torchtitan rows run its
@@ -502,11 +587,12 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
     """
     out = {}
     year = re.search(r"(19|20)\d\d", str(row.get("source", "")))
-    if year and int(year.group(0)) < 2022:
+    if year and int(year.group(0)) < 2022 and "use_flash_attn" not in training:
         out["use_flash_attn"] = False
         assumptions.append(f"attention: unfused (the source, {year.group(0)}, predates FlashAttention)")
     text = f"{row.get('notes', '')} {row.get('source_detail', '')}"
-    if row.get("framework") == "torchtitan" and not re.search(r"torch\.compile", text):
+    if row.get("framework") == "torchtitan" and not re.search(r"torch\.compile", text) \
+            and "kernel_fusion" not in training:
         out["kernel_fusion"] = "eager"
         why = "stated in the source notes" if re.search(r"\beager\b", text) else \
             "torchtitan without torch.compile, its default"
@@ -530,8 +616,10 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
             and training["zero_stage"] == 3:
         out.update(zero_stage=2, overlap_grad_reduce=False)
         assumptions.append("fsdp with pp: torchtitan keeps parameters gathered after forward and reduce-scatters "
-                           "gradients after the last backward (zero_stage 2, no overlap)")
-    if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE):
+                           "gradients after the last backward (zero_stage 2, no overlap"
+                           + (", whatever overlap_grad_reduce says for FSDP2 alone)"
+                              if training.get("overlap_grad_reduce") else ")"))
+    if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE) and "tp_comm_overlap" not in training:
         out["tp_comm_overlap"] = True
         assumptions.append("tp_comm_overlap: on (stated in the source notes)")
     pp, vpp = training["pipeline_model_parallel_size"], training["virtual_pipeline_model_parallel_size"]
@@ -655,6 +743,9 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
             try:
                 mapping, assumptions = row_to_config(row)
                 cfg = build_config(mapping)
+                if cfg.training.framework:
+                    filled = ", ".join(f"{k}={v}" for k, v in cfg.framework_defaults) or "none"
+                    assumptions += (f"settings from the {cfg.training.framework_version} profile: {filled}",)
                 result = simulate(cfg)
             except ConfigError as e:
                 reason = str(e)
