@@ -13,15 +13,24 @@ def run(*args):
     return CliRunner().invoke(main, list(args))
 
 
+def _rows(output: str) -> list[list[str]]:
+    return [line.split() for line in output.splitlines() if line.strip() and not line.startswith("#")]
+
+
 def test_collective_table_in_nccl_tests_layout():
     r = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1M:2M")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[1].split()[:4] == ["size", "(B)", "count", "(elements)"]
-    assert "busbw (GB/s)" in lines[1]
-    # one H100 node: Ring/LL at 1 MiB, NVLS/Simple at 2 MiB; count = 1 MiB / 4 B
-    assert lines[3].split()[:3] == ["1048576", "262144", "float"] and lines[3].split()[-2:] == ["Ring", "LL"]
-    assert lines[4].split()[-2:] == ["NVLS", "Simple"]
+    assert lines[1].startswith("# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152")
+    assert lines[2] == "# NCCL version 2.30.7"
+    assert lines[5].split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                                "time", "algbw", "busbw", "#wrong"]
+    rows = _rows(r.output)
+    # one H100 node: Ring/LL at 1 MiB, NVLS/Simple at 2 MiB; count = 1 MiB / 4 B; in-place = out-of-place
+    assert rows[0][:5] == ["1048576", "262144", "float", "sum", "-1"] and rows[0][-2:] == ["#", "Ring/LL"]
+    assert rows[0][5:9] == rows[0][9:13] and rows[0][8] == "0"
+    assert rows[1][-1] == "NVLS/Simple"
+    assert lines[-2].startswith("# Avg bus bandwidth    : ")
 
 
 def test_collective_json_and_per_rank_count():
@@ -116,7 +125,8 @@ def test_collective_gpus_per_process_floor_in_table_and_json():
     assert out["rows"][0]["time_s"] == pytest.approx(8 * HOST_LAUNCH_S)
     text = run("collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8", "--gpus-per-process", "8")
     assert "8 GPUs per process: launch floor 36.6 us" in text.output.splitlines()[0]
-    assert text.output.splitlines()[3].split()[3] == "36.56"
+    assert "nThread 1 nGpus 8" in text.output.splitlines()[1]
+    assert _rows(text.output)[0][5] == "36.560"
 
 
 def test_collective_default_is_one_process_per_gpu():
@@ -172,3 +182,34 @@ def test_bad_gpus_per_process_is_one_line_exit_2(shared_data, command, value, me
     r = run(*head, "--cluster", "dgx-h100", f"--gpus-per-process={value}")
     assert r.exit_code == 2
     assert r.output.startswith(message) and len(r.output.strip().splitlines()) == 1
+
+
+# --- round trip: flowsim collective prints a log that validate-nccl reads back -----------------------------
+
+@pytest.mark.parametrize("args", [
+    ["--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "8:4G"],
+    ["--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "2", "--algo", "ring,tree", "--proto", "^ll",
+     "--sizes", "1K:1G"],
+    ["--op", "allgather", "--cluster", "dgx-a100", "--nodes", "2", "--sizes", "64K:256M"],
+    ["--op", "reducescatter", "--cluster", "dgx-h100", "--sizes", "1M:64M", "--gpus-per-process", "8"],
+    ["--op", "broadcast", "--cluster", "dgx-b200", "--sizes", "8:8M"],
+    ["--op", "reduce", "--cluster", "dgx-h100", "--sizes", "1M"],
+    ["--op", "alltoall", "--cluster", "dgx-h100", "--nodes", "2", "--sizes", "1M:16M"],
+    ["--op", "sendrecv", "--cluster", "dgx-h100", "--nodes", "2", "--sizes", "1M:16M"],
+    ["--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "2", "--sizes", "1M:64M", "--engine", "flow"],
+    ["--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1M:64M", "--nccl-version", "2.19"],
+], ids=lambda a: "-".join(a[1::2][:4]))
+def test_round_trip_has_no_error(tmp_path, args):
+    printed = run("collective", *args)
+    assert printed.exit_code == 0, printed.output
+    log = tmp_path / "x.txt"
+    log.write_text(printed.output)
+    cluster = [a for pair in zip(args[::2], args[1::2]) if pair[0] in ("--cluster", "--nodes", "--engine")
+               for a in pair]
+    back = run("validate-nccl", str(log), *cluster, "--json")
+    assert back.exit_code == 0, back.output
+    out = json.loads(back.output)
+    assert out["skipped"] == [] and len(out["rows"]) == len(_rows(printed.output))
+    for row, printed_row in zip(out["rows"], _rows(printed.output)):
+        assert abs(row["busbw_error"]) < 1e-4, row
+        assert f"{row['algo']}/{row['proto']}" == printed_row[-1]

@@ -66,7 +66,7 @@ _LAUNCH_PATTERNS = (
 # NCCL_X=value tokens; NCCL's own INFO line reads "NCCL_X set by environment to value". Prose elsewhere
 # ("use NCCL_ALGO=RING on 2 nodes") is not a setting of the run.
 _ENV_LINE = re.compile(r"^\s*(?:ENV\b|export\b|env\b)", re.I)
-_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+)=([^\s,;)]+)")
+_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+)=(\S+)")
 _ENV_INFO = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to ([^\s,;)]+)")
 _TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1,
                "half": 2, "bfloat16": 2, "float16": 2, "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4,
@@ -191,7 +191,7 @@ def env_of(lines) -> dict:
     for line in lines:
         text = line.lstrip("#").strip()
         found = _ENV.finditer(text) if _ENV_LINE.match(text) else _ENV_INFO.finditer(text)
-        env.update((m.group(1), m.group(2)) for m in found)
+        env.update((m.group(1), m.group(2).rstrip(",;.)")) for m in found)
     return env
 
 
@@ -301,7 +301,7 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
             launch[section] = launch_statement_of(comments)
             env[section] = NcclEnv.from_mapping({**header_env, **env_of(comments)})
             seen_data = True
-        toks = line.split()
+        toks = line.split("#", 1)[0].split()  # a trailing comment (flowsim collective's "# Ring/LL") is not data
         if sec_op is None:
             sec_op = _op_from_columns(toks)
         if sec_op is None:

@@ -7,6 +7,7 @@ import re
 import click
 
 from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.cli.nccl_table import nccl_tests_lines
 from flowsim.network.comm_layout import group_layout, preset_cluster
 from flowsim.network.collective_flows import run_collective
 from flowsim.config.cluster import CPUS
@@ -27,16 +28,6 @@ NCCL_TESTS_TYPE = "float"
 _TYPE_BYTES = 4
 ENGINES = ("analytic", "flow")
 
-_TABLE = [
-    ("size_bytes", "size (B)", ".0f"),
-    ("count", "count (elements)", "d"),
-    ("type", "type", ""),
-    ("time_us", "time (us)", ".2f"),
-    ("algbw_GBps", "algbw (GB/s)", ".2f"),
-    ("busbw_GBps", "busbw (GB/s)", ".2f"),
-    ("algo", "algo", ""),
-    ("proto", "proto", ""),
-]
 _EXPLAIN = [
     ("algo", "algo", ""),
     ("proto", "proto", ""),
@@ -188,7 +179,8 @@ def _count(op: str, size: int, n_ranks: int) -> int:
 @user_errors
 def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
                nccl_version, gpus_per_process, engine, as_json):
-    """Predict one collective over a size sweep, printed like nccl-tests (plus NCCL's algo/proto).
+    """Predict one collective over a size sweep, printed as an nccl-tests log (NCCL's algo/proto in a trailing
+    comment per row) that `flowsim validate-nccl` reads back.
 
     Sizes follow nccl-tests: for allgather, reducescatter and alltoall SIZE is the total buffer
     (per-rank count x ranks x 4 B); busbw uses nccl-tests' factors (allreduce 2(n-1)/n; allgather,
@@ -224,16 +216,19 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
             out["cost_tables"] = [{"size_bytes": s, "rows": t.to_dict(orient="records")} for s, t in tables]
         echo_json(out)
         return
-    click.echo(f"# {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x {layout.ranks_per_node}, "
-               f"{layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} engine; "
-               f"{_launch_text(per_process, launch['floor_s'])}; GB/s = 1e9 B/s")
-    click.echo(format_table([{**r, "time_us": r["time_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
-                              "busbw_GBps": r["busbw_Bps"] / GB} for r in rows], _TABLE))
+    title = (f"flowsim collective: {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x "
+             f"{layout.ranks_per_node}, {layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} "
+             f"engine; {_launch_text(per_process, launch['floor_s'])}; GB/s = 1e9 B/s")
+    env = {k: v for k, v in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto)) if v}
+    for line in nccl_tests_lines(op, rows, title=title, gpus_per_process=per_process,
+                                 nccl_version=layout.nccl_version, env=env):
+        click.echo(line)
     for size, table in tables:
-        click.echo(f"\n# cost table for {size} B (rank 1 = NCCL's choice)")
-        click.echo(format_table([{**r, "latency_us": r["latency_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
-                                  "nccl_time_us": r["nccl_time_s"] / US, "time_us": r["time_s"] / US}
-                                 for r in table.to_dict(orient="records")], _EXPLAIN))
+        click.echo(f"#\n# cost table for {size} B (rank 1 = NCCL's choice)")
+        text = format_table([{**r, "latency_us": r["latency_s"] / US, "algbw_GBps": r["algbw_Bps"] / GB,
+                              "nccl_time_us": r["nccl_time_s"] / US, "time_us": r["time_s"] / US}
+                             for r in table.to_dict(orient="records")], _EXPLAIN)
+        click.echo("\n".join(f"# {line}" for line in text.splitlines()))
 
 
 @click.command("validate-nccl")
