@@ -41,19 +41,20 @@ def ops_frame(wl) -> tuple[pd.DataFrame, dict]:
     return pd.concat(frames, ignore_index=True), spans
 
 
-def _compute_parts(opset, t_ops: np.ndarray, phase: str) -> dict:
-    """Seconds of one micro-batch's compute in ``phase``: all of it, and its weight-gradient GEMMs, GEMMs,
+def _compute_parts(opset, t_ops: np.ndarray) -> dict:
+    """Seconds of one micro-batch's compute per phase: all of it, and its weight-gradient GEMMs, GEMMs,
     input-gradient GEMMs and attention kernels (the parts communication can hide behind)."""
     c = opset.compute
     per = t_ops * c["count"].to_numpy()
-    sel = c["phase"].to_numpy() == phase
-    kind = c["kind"].to_numpy()
-    names = c["name"]
-    is_dgrad = np.array([n.endswith(".dgrad") for n in names], dtype=bool)
-    is_wgrad = np.array([n.endswith(".wgrad") for n in names], dtype=bool)
-    return {"all": float(per[sel].sum()), "wgrad": float(per[sel & is_wgrad].sum()),
-            "gemm": float(per[sel & (kind == "gemm")].sum()), "dgrad": float(per[sel & is_dgrad].sum()),
-            "attn": float(per[sel & ((kind == "attn_fwd") | (kind == "attn_bwd"))].sum())}
+    phase, kind, names = c["phase"].to_numpy(), c["kind"].to_numpy(), c["name"]
+    masks = {"wgrad": np.array([n.endswith(".wgrad") for n in names], dtype=bool), "gemm": kind == "gemm",
+             "dgrad": np.array([n.endswith(".dgrad") for n in names], dtype=bool),
+             "attn": (kind == "attn_fwd") | (kind == "attn_bwd")}
+    out = {}
+    for ph in PHASES:
+        sel = phase == ph
+        out[ph] = {"all": float(per[sel].sum()), **{k: float(per[sel & m].sum()) for k, m in masks.items()}}
+    return out
 
 
 def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
@@ -85,9 +86,10 @@ def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overl
     exposed ``tp_``, ``cp_``, ``ep_<phase>`` communication (module docstring); ``t_ops``: seconds of each of the
     block's compute ops, ``count``: runs of the block per step (for the report)."""
     sm = comms.gpu.sm_count
+    parts = _compute_parts(opset, t_ops)
     out = {}
     for ph in PHASES:
-        c, m = _compute_parts(opset, t_ops, ph), _comm_parts(opset, comms, ph, count)
+        c, m = parts[ph], _comm_parts(opset, comms, ph, count)
         out[f"compute_{ph}"], out[f"wgrad_{ph}"] = c["all"], c["wgrad"]
         if tp_comm_overlap:
             tp = overlapped_s(c["gemm"], m["tp_blocking"] + m["tp_dgrad"], TP_OVERLAP_SMS, sm) - c["gemm"]

@@ -44,7 +44,7 @@ DualPipe's while F = B (the input-gradient pass) and W <= B (checked over random
 
 DualPipe's pairing: in an F&B call the forward's and the backward's expert all-to-alls run beside the other
 pass's compute (DeepSeek-V3 sec. 3.2.1), so the call lasts ``overlapped_s(compute, all-to-all, SMs)``
-(:func:`flowsim.step.simulate.overlapped_s`: the longer of the two, compute slowed while NCCL holds its SMs)
+(:func:`flowsim.step.overlap.overlapped_s`: the longer of the two, compute slowed while NCCL holds its SMs)
 instead of their sum; the saving is taken off the B pass.
 
 1F1B with EP all-to-all overlap (``overlap_moe_expert_parallel_comm``, Megatron-LM
@@ -72,9 +72,8 @@ import numpy as np
 from numba import njit
 
 from flowsim.config.layout import check_layout
-# end_chunks, microbatches_per_chunk: step/simulate.py still imports them from here (the lead moves that import)
-from flowsim.config.layout import end_chunks, microbatches_per_chunk  # noqa: F401
 from flowsim.errors import ConfigError
+from flowsim.step.overlap import shared_sm_time_s
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = 0, 1, 2, 3, 4
 SCHEDULE_IDS = {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "interleaved": INTERLEAVED, "zb-h1": ZB_H1,
@@ -357,24 +356,12 @@ def _inputs(order, publish, up, down, m):
 
 
 @njit(cache=True)
-def shared_sm_time_s(compute_s, comm_s, share):
-    """Wall time of compute and a communication kernel that start together on one GPU while the
-    communication holds ``share`` of the SMs, seconds (the rule of :func:`flowsim.step.simulate.overlapped_s`)."""
-    r = max(1.0 - share, 0.0)
-    if r == 0.0:
-        return compute_s + comm_s
-    if comm_s >= compute_s / r:
-        return comm_s
-    return compute_s + comm_s * (1.0 - r)
-
-
-@njit(cache=True)
 def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
     """float64[p, n_ops]: seconds of every pass. A forward and the backward after it that share a DualPipe
     call (same ``publish``) together last what the pairing leaves: the two passes' communication
     (``comm_f`` of the forward's chunk, ``comm_b`` of the backward's, seconds, included in ``fwd_s`` and
     ``bwd_s``) runs beside their compute, which it slows while it holds ``share`` of the SMs
-    (:func:`flowsim.step.simulate.overlapped_s`)."""
+    (:func:`flowsim.step.overlap.overlapped_s`)."""
     p, n, _ = order.shape
     dur = np.zeros((p, n))
     for s in range(p):
