@@ -6,6 +6,9 @@ Each measured figure is predicted with that figure removed, in two modes:
     From the GPU's other measurements. GEMM: the MAMF of one dtype from the GPU's ceiling for the other dtype
     (GPUs with both bf16 and fp8 rows). Attention: each point of a sequence-length series from its neighbours
     (interpolation in log2(seq), the nearest value held at the ends).
+``shape``
+    GEMM only: every non-ceiling shape of table ``gemm_release`` from the ceiling of its own GPU and release
+    (the fastest shape measured on that stack): the tile, wave and latency model against measured shapes.
 ``cross_gpu``
     From other GPUs only, by the reference rule of :mod:`flowsim.kernels.reference`. GEMM: the ceiling of the
     most similar other GPU, times the target's peak and shape efficiency. Attention: A100 fwd+bwd from H100's
@@ -21,7 +24,17 @@ import numpy as np
 import pandas as pd
 
 from flowsim.gpu_specs import get_gpu
-from flowsim.kernels.gemm import best_shape_efficiency, gemm_latency_s, latency_reference, mamf_ceiling
+from flowsim.kernels.gemm import (
+    best_shape_efficiency,
+    ceiling_rows,
+    gemm_latency_s,
+    latency_reference,
+    mamf_ceiling,
+    mamf_dtype,
+    tiles_for,
+)
+from flowsim.kernels.model import gemm_time
+from flowsim.kernels.stack import KernelStack
 from flowsim.kernels.memory import stream_efficiency
 from flowsim.kernels.reference import Candidate, choose_reference
 from flowsim.kernels.tables import load_table
@@ -32,7 +45,7 @@ LOO_COLUMNS = ("kind", "mode", "gpu", "case", "measured", "predicted", "error")
 
 def leave_one_out() -> pd.DataFrame:
     """Every leave-one-out prediction: columns ``LOO_COLUMNS`` (measured/predicted in TFLOP/s or GB/s)."""
-    rows = _gemm_loo() + _attention_loo() + _memory_loo()
+    rows = _gemm_loo() + _gemm_shape_rows() + _attention_loo() + _memory_loo()
     df = pd.DataFrame(rows, columns=list(LOO_COLUMNS[:-1]))
     df["error"] = df["predicted"] / df["measured"] - 1.0
     return df
@@ -50,7 +63,7 @@ def _gemm_loo() -> list:
     out = []
     for r in t.itertuples():
         gpu = get_gpu(r.gpu)
-        shape = best_shape_efficiency([r.best_m], [r.best_n], [r.best_k], [1], gpu.sm_count)[0]
+        shape = best_shape_efficiency([r.best_m], [r.best_n], [r.best_k], [1], gpu.sm_count, tiles_for(gpu))[0]
         flops = 2.0 * r.best_m * r.best_n * r.best_k
         latency = gemm_latency_s(latency_reference(gpu).measured)
 
@@ -67,6 +80,22 @@ def _gemm_loo() -> list:
         ref = choose_reference(gpu, gpu.peak(r.dtype), cands, "gemm_mamf", r.dtype)
         pred = predicted_tflops(mamf_ceiling(ref.measured, r.dtype))
         out.append(("gemm", "cross_gpu", r.gpu, f"{case} from {ref.measured}", r.mamf_tflops, pred))
+    return out
+
+
+def _gemm_shape_rows() -> list:
+    t = load_table("gemm_release")
+    ceilings = ceiling_rows()
+    out = []
+    for r in t.itertuples():
+        ceiling = ceilings[(ceilings.gpu == r.gpu) & (ceilings.release == r.release)
+                           & (ceilings.mdt == mamf_dtype(r.dtype))].iloc[0]
+        if (r.m, r.n, r.k) == (ceiling.m, ceiling.n, ceiling.k):
+            continue
+        dtype = "nvfp4" if r.dtype == "fp4" else r.dtype  # FP4 rows: block-scaled FP4 (format not stated)
+        t_s = gemm_time(r.m, r.n, r.k, dtype, get_gpu(r.gpu), stack=KernelStack(r.release))
+        out.append(("gemm", "shape", r.gpu, f"{r.dtype} {r.m}x{r.n}x{r.k} on {r.release}", r.tflops,
+                    2.0 * r.m * r.n * r.k / t_s / TFLOP))
     return out
 
 

@@ -150,7 +150,8 @@ def peak_dtype(dtype: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def ceiling_rows() -> pd.DataFrame:
-    """Every measured large GEMM that sets a ceiling: ``gemm_mamf`` and ``gemm_release`` rows in one frame.
+    """Every measured GEMM that sets a ceiling: ``gemm_mamf`` rows and the fastest ``gemm_release`` shape of each
+    (gpu, dtype, release), in one frame.
 
     Columns: gpu, mdt (measurement dtype, :func:`mamf_dtype`), tflops, m, n, k, release (a key of
     ``software_releases``; a MAMF row's stack is ``pytorch-<torch_version>``), date (``YYYY-MM``), table.
@@ -162,6 +163,7 @@ def ceiling_rows() -> pd.DataFrame:
     """
     mamf = load_table("gemm_mamf")
     extra = load_table("gemm_release")
+    extra = extra.loc[extra.groupby(["gpu", "dtype", "release"])["tflops"].idxmax()]  # fastest shape per stack
     rows = pd.concat([
         pd.DataFrame({"gpu": mamf.gpu, "mdt": mamf["dtype"].map(mamf_dtype), "tflops": mamf.mamf_tflops,
                       "m": mamf.best_m, "n": mamf.best_n, "k": mamf.best_k,

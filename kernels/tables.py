@@ -6,9 +6,11 @@ Tables (one CSV each; units in the column names):
     Maximum achievable matmul FLOP/s per GPU and dtype at the best shape of a brute-force search.
     Columns: gpu, dtype, mamf_tflops, theory_tflops, best_m, best_n, best_k, torch_version, source.
 ``gemm_release``
-    Large GEMMs measured by other benchmarks on a named software stack (dated in ``software_releases``, see
-    :mod:`flowsim.kernels.stack`): the ceilings of other releases and dtypes (FP4).
-    Columns: gpu, dtype, tflops, m, n, k, release, data (input initialisation: ``random``), source.
+    GEMMs of several shapes measured by other benchmarks on a named software stack (dated in
+    ``software_releases``, see :mod:`flowsim.kernels.stack`). The fastest shape of each (gpu, dtype, release)
+    sets that release's ceiling, as MAMF's best shape does; the other shapes check the tile model
+    (:mod:`flowsim.kernels.accuracy`). Columns: gpu, dtype, tflops, m, n, k, release, data (input
+    initialisation: ``random``), source.
 ``gemm_latency``
     The shortest GEMM launch (time and shape) in a profiler trace of each GPU, from which the fixed GEMM latency
     is derived. Columns: gpu, time_us, kernel, dtype, m, n, k, batch, source.

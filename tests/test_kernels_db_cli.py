@@ -14,9 +14,9 @@ def test_seed_db_schema_and_rows():
     db = seed_db()
     assert tuple(db.columns) == DB_COLUMNS
     counts = db.groupby("op").size().to_dict()
-    # 14 MAMF + 5 release-dated (Azure cuBLASLt) + 3 latency GEMM rows; 48 FA2 fwd+bwd rows (A100, H100);
+    # 14 MAMF + 43 release-dated (Azure cuBLASLt shapes) + 3 latency GEMM rows; 48 FA2 fwd+bwd rows (A100, H100);
     # 72 H100 forward rows (FA2, FA3); 9 devices x 4 stream kernels
-    assert counts == {"gemm": 22, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
+    assert counts == {"gemm": 60, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
     assert db["source"].str.len().min() > 20
     h100 = db[(db.op == "gemm") & (db.gpu == "h100-sxm") & (db.dtype == "bf16")].iloc[0]
     # 2*2048*2048*13312 FLOP at 794.5 TFLOP/s
@@ -50,6 +50,9 @@ LOO_BOUNDS = {  # (kind, mode): (median |error|, max |error|)
     ("attention", "same_gpu"): (0.03, 0.50),
     ("attention", "cross_gpu"): (0.67, 0.98),
     ("memory", "cross_gpu"): (0.05, 0.25),
+    # Azure cuBLASLt shapes from their own stack's ceiling: small and thin shapes are the misses (A100 FP16
+    # 802816x192x768 +62 %, GB200 FP8 2048^3 -35 %: docs/KERNELS.md)
+    ("gemm", "shape"): (0.06, 0.65),
 }
 
 

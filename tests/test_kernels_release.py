@@ -97,4 +97,4 @@ def test_kernels_show_lists_the_stack_of_each_row():
     res = CliRunner().invoke(main, ["kernels", "show", "--json"])
     assert res.exit_code == 0
     assert {"gpu": "gb200", "op": "gemm", "impl": "cublaslt", "dtype": "fp4", "stack": "azure-gb200-v6-cuda12.8",
-            "rows": 1} in json.loads(res.output)["db"]
+            "rows": 8} in json.loads(res.output)["db"]
