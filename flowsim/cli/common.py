@@ -42,8 +42,19 @@ def _jsonable(obj):
     return obj
 
 
+OUTPUT_SCHEMA_VERSION = "1"
+"""Version of the ``--json`` output contract: keys carry their unit (``_s``, ``_bytes``, ``_gb``); a key is renamed
+or removed only with a new version (the old key kept for one release). Schema of ``estimate --json``:
+``flowsim/cli/estimate.schema.json``."""
+
+
 def echo_json(obj) -> None:
-    """Print exactly one JSON object on stdout (non-finite floats become null)."""
+    """Print exactly one JSON object on stdout (non-finite floats become null), headed by ``schema_version`` and
+    ``flowsim_version``."""
+    from flowsim._version import __version__
+
+    if isinstance(obj, dict):
+        obj = {"schema_version": OUTPUT_SCHEMA_VERSION, "flowsim_version": __version__, **obj}
     click.echo(json.dumps(_jsonable(obj), indent=2, sort_keys=False))
 
 

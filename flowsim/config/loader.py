@@ -1,7 +1,9 @@
 """Read configs from YAML/JSON files, mappings and CLI flags; resolve presets and aliases."""
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,12 +81,19 @@ def list_presets(kind: str) -> list[str]:
 
 
 def load_preset(kind: str, name: str) -> dict:
-    """Field mapping of a built-in preset (``kind`` is ``models`` or ``clusters``)."""
+    """Field mapping of a built-in preset (``kind`` is ``models`` or ``clusters``); a fresh copy on every call."""
+    return copy.deepcopy(_parsed_preset(kind, name))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_preset(kind: str, name: str) -> dict:
+    """A built-in preset parsed once per process (the files ship with the package and do not change); callers
+    get copies from :func:`load_preset`."""
     path = _preset_dir(kind).joinpath(f"{name}.yaml")
     if not path.is_file():
         field = "model" if kind == "models" else "cluster"
         raise ConfigError(field, f"unknown preset; known: {', '.join(list_presets(kind))}", name)
-    data = yaml.safe_load(path.read_text())
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data = {k: v for k, v in data.items() if k not in _PRESET_META}
     data.setdefault("name", name)
     return data
