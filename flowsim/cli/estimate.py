@@ -7,6 +7,8 @@ from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.config import ALIASES, list_presets
 from flowsim.config.training import SCHEDULES
 from flowsim.errors import ConfigError
+from flowsim.io_text import check_output_dir, check_output_file
+from flowsim.step.invariants import check_result
 
 POS_INT = click.IntRange(min=1)
 
@@ -195,8 +197,13 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     from flowsim.step.simulate import simulate
 
     imported = _imported(megatron_args, nemo_recipe, hf_config)
+    if trace_path:
+        check_output_file(trace_path, "--trace")
+    if chakra_dir:
+        check_output_dir(chakra_dir, "--chakra")
     cfg = build_config(imported, config, **overrides)
     result = simulate(cfg)
+    check_result(result)
     if trace_path:
         from flowsim.export.trace import write_chrome_trace
 
@@ -208,7 +215,9 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     where = _where(result) if show_breakdown else None
     if as_json:
         applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
-        echo_json({**result.to_dict(), **applied, **({"where": where} if where else {})})
+        echo_json({**result.to_dict(), "memory_bytes_per_gpu": result.memory_bytes_per_gpu,
+                   "memory_capacity_bytes": result.memory_capacity_bytes, **applied,
+                   **({"where": where} if where else {})})
     else:
         click.echo(_report(result, cfg.framework_defaults)
                    + (_where_report(where, result.step_time_s) if where else ""))
