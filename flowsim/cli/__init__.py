@@ -33,6 +33,10 @@ from flowsim.cli.collective import collective, validate_nccl  # noqa: E402
 main.add_command(collective)
 main.add_command(validate_nccl)
 
+from flowsim.cli.comm_log_cmd import validate_comm_log  # noqa: E402
+
+main.add_command(validate_comm_log)
+
 from flowsim.cli.kernels_cmd import kernels  # noqa: E402
 
 main.add_command(kernels)
