@@ -66,7 +66,7 @@ def test_rule_messages():
     assert _err(mbs=-1) == "micro_batch_size: must be a positive integer (got -1)"
     assert _err(mbs=1.5) == "micro_batch_size: must be an integer (got 1.5)"
     assert _err(sp=True) == "sequence_parallel: needs tensor_model_parallel_size > 1 (got tp=1)"
-    assert _err(oversubscription=0.5) == "oversubscription: must be >= 1 (1 = non-blocking) (got 0.5)"
+    assert _err(oversubscription=0.5) == "oversubscription: must be a finite number in [1, 100] (1 = non-blocking) (got 0.5)"
     assert _err(ep=2) == ("expert_model_parallel_size: needs a mixture-of-experts model; this model is dense "
                           "(got 2)")
     assert _err(recompute="some").startswith("recompute_granularity: must be one of none, selective, full")

@@ -9,6 +9,7 @@ import sys
 import click
 
 from flowsim.errors import ConfigError
+from flowsim.step.invariants import InvariantError
 
 
 class UserError(click.ClickException):
@@ -26,6 +27,8 @@ def user_errors(func):
             return func(*args, **kwargs)
         except ConfigError as e:
             raise UserError(str(e)) from None
+        except InvariantError as e:  # flowsim's own bug: one line, exit 1
+            raise click.ClickException(str(e)) from None
 
     return wrapper
 

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flowsim.config import bounds
 from flowsim.errors import ConfigError, check_ints
 
 NETWORKS = ("rail_optimized", "rail_only", "fat_tree")
 ECMP_MODES = ("hash", "ideal")
 CPUS = ("intel", "amd", "arm")
-
 MAX_POWER_LIMIT_W = 5000.0
 """Largest accepted GPU power limit: 3.5x the largest board power in gpu_specs (GB300, 1,400 W)."""
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -53,10 +54,10 @@ class ClusterConfig:
     leaves_per_rail : int
         Leaf switches per rail (``rail_optimized``, ``rail_only``); 0 (default) uses as few as the radix
         allows, ``ceil(num_nodes / (switch_radix // 2))``.
-    """
     power_limit_w : float
         Board power limit of every GPU in W; 0 (default) keeps the GPU spec's own. Compute ceilings measured at a
         higher board power are derated by ``(limit / measured) ** (1/3)`` (:mod:`flowsim.kernels.power`).
+    """
 
     gpu: str
     num_gpus: int
@@ -72,8 +73,8 @@ class ClusterConfig:
     name: str = "custom"
     ecmp: str = "hash"
     leaves_per_rail: int = 0
-
     power_limit_w: float = 0.0
+
     def __post_init__(self):
         if self.nvlink_domain == 0:
             object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
@@ -97,23 +98,31 @@ class ClusterConfig:
         if self.nvlink_domain % self.gpus_per_node:
             raise ConfigError("nvlink_domain", "must be a multiple of gpus_per_node",
                               f"{self.nvlink_domain} and {self.gpus_per_node}")
-        if not self.nic_gbps > 0:
-            raise ConfigError("nic_gbps", "must be > 0", self.nic_gbps)
-        if not self.oversubscription >= 1.0:
-            raise ConfigError("oversubscription", "must be >= 1 (1 = non-blocking)", self.oversubscription)
+        b = bounds
+        b.check_int_max(self, ("num_gpus",), b.MAX_GPUS, "5x the largest announced cluster")
+        b.check_int_max(self, ("gpus_per_node",), b.MAX_GPUS_PER_NODE, "no host holds more GPUs")
+        b.check_int_max(self, ("nvlink_domain",), b.MAX_NVLINK_DOMAIN, "100x the largest announced NVLink domain")
+        b.check_int_max(self, ("nics_per_node",), b.MAX_NICS_PER_NODE, "no host holds more NICs")
+        b.check_int_max(self, ("switch_radix",), b.MAX_SWITCH_RADIX, "8x the largest switch ASIC")
+        b.check_float("nic_gbps", self.nic_gbps, b.MIN_NIC_GBPS, b.MAX_NIC_GBPS,
+                      f"must be a finite number in [{b.MIN_NIC_GBPS:g}, {b.MAX_NIC_GBPS:g}] Gb/s (1 GbE to 125x "
+                      "today's fastest NIC)")
+        b.check_float("oversubscription", self.oversubscription, 1.0, b.MAX_OVERSUBSCRIPTION,
+                      f"must be a finite number in [1, {b.MAX_OVERSUBSCRIPTION:g}] (1 = non-blocking)")
         if self.network not in NETWORKS:
             raise ConfigError("network", f"must be one of {', '.join(NETWORKS)}", self.network)
-        if self.cpu not in CPUS:
-            raise ConfigError("cpu", f"must be one of {', '.join(CPUS)}", self.cpu)
-        if not self.nic_latency_s >= 0:
-            raise ConfigError("nic_latency_s", "must be >= 0", self.nic_latency_s)
-        if self.ecmp not in ECMP_MODES:
-            raise ConfigError("ecmp", f"must be one of {', '.join(ECMP_MODES)}", self.ecmp)
-        if not isinstance(self.leaves_per_rail, int) or isinstance(self.leaves_per_rail, bool) \
-                or self.leaves_per_rail < 0:
         if isinstance(self.power_limit_w, bool) or not isinstance(self.power_limit_w, (int, float)) \
                 or not 0.0 <= self.power_limit_w <= MAX_POWER_LIMIT_W:  # NaN fails the comparison
             raise ConfigError("power_limit_w", f"must be a finite number in [0, {MAX_POWER_LIMIT_W:g}] W "
                               "(0 = the GPU's own)", self.power_limit_w)
+        if self.cpu not in CPUS:
+            raise ConfigError("cpu", f"must be one of {', '.join(CPUS)}", self.cpu)
+        bounds.check_float("nic_latency_s", self.nic_latency_s, 0.0, bounds.MAX_NIC_LATENCY_S,
+                           f"must be a finite number in [0, {bounds.MAX_NIC_LATENCY_S:g}] s")
+        if self.ecmp not in ECMP_MODES:
+            raise ConfigError("ecmp", f"must be one of {', '.join(ECMP_MODES)}", self.ecmp)
+        if not isinstance(self.leaves_per_rail, int) or isinstance(self.leaves_per_rail, bool) \
+                or self.leaves_per_rail < 0:
             raise ConfigError("leaves_per_rail", "must be an integer >= 0 (0 = as few as the radix allows)",
                               self.leaves_per_rail)
+        bounds.check_int_max(self, ("leaves_per_rail",), bounds.MAX_GPUS, "at most one leaf per GPU")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -100,17 +99,16 @@ def _parsed_preset(kind: str, name: str) -> dict:
 
 
 def read_config_file(path: str | Path) -> dict:
-    """Parse a YAML or JSON config file into a mapping; errors name the file."""
+    """Parse a YAML or JSON config file into a mapping; errors name the file.
+
+    The file is read under :mod:`flowsim.io_text`'s policy: UTF-8 (a BOM is dropped), JSON without
+    ``NaN``/``Infinity`` and without repeated keys, YAML bounded in size and depth.
+    """
+    from flowsim import io_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError("config", f"cannot read file: {e.strerror}", str(path)) from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise ConfigError("config", f"not valid {'JSON' if p.suffix == '.json' else 'YAML'}: "
-                          f"{str(e).splitlines()[0]}", str(path)) from None
+    text = io_text.read_text(p, "config")
+    data = io_text.loads_json(text, "config", path) if p.suffix == ".json" else io_text.loads_yaml(text, "config", path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -161,14 +159,28 @@ def _coerce(section: str, key: str, value: Any) -> Any:
             return str(value)
         if not isinstance(value, str):
             raise ConfigError(key, "must be a string", value)
-        return value.strip().lower() if key not in ("gpu", "name") else value.strip()
+        return value.strip().lower() if key not in ("gpu", "name", "calibration") else value.strip()
     return value
 
 
+def _once(seen: dict, key: str, raw_key: str) -> None:
+    """Refuse a key given twice in one source (an alias and its full name, or a flat and a nested copy)."""
+    if key in seen:
+        raise ConfigError(key, "given twice in one source; keep one", f"{seen[key]!r} and {raw_key!r}")
+    seen[key] = raw_key
+
+
 def _flatten(data: Mapping, into: dict) -> None:
-    """Put every key of ``data`` into ``into`` under its section; nested section mappings allowed."""
+    """Put every key of ``data`` into ``into`` under its section; nested section mappings allowed.
+
+    A key may appear once per source: ``{'tp': 2, 'tensor_model_parallel_size': 1}`` is an error, not
+    whichever comes last.
+    """
+    seen: dict = {}
     for raw_key, value in data.items():
         key = _canonical(str(raw_key))
+        if not (key in ("model", "cluster", "training") and isinstance(value, Mapping)):
+            _once(seen, key, str(raw_key))
         if key in ("model", "cluster") and isinstance(value, str):
             into.setdefault("_presets", {})[key] = value
         elif key in ("model", "cluster", "training") and isinstance(value, Mapping):
@@ -176,8 +188,10 @@ def _flatten(data: Mapping, into: dict) -> None:
             preset = sub.pop("preset", None)
             if preset is not None:
                 into.setdefault("_presets", {})[key] = preset
-            for k, v in sub.items():
-                k = _canonical(str(k))
+            for raw, v in sub.items():
+                k = _canonical(str(raw))
+                if k != "name":
+                    _once(seen, k, f"{key}.{raw}")
                 if k == "name":
                     into.setdefault(key, {})["name"] = v
                     continue

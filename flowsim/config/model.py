@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flowsim.config import bounds
 from flowsim.errors import ConfigError, check_ints
 
 NORMS = ("layernorm", "rmsnorm")
@@ -61,6 +62,9 @@ class ModelConfig:
     moe_pad_expert_input_to_capacity : bool
         Pad every expert's input from each rank up to that capacity (Megatron-LM
         ``--moe-pad-expert-input-to-capacity``), so expert GEMMs and dispatch have fixed sizes.
+    moe_imbalance_factor : float
+        Tokens of the busiest expert-parallel rank over the mean (>= 1; 1 = perfectly even routing). 0 (default):
+        modelled (:func:`flowsim.model.moe.imbalance_factor`). The capacity factor bounds it.
     multi_latent_attention : bool
         DeepSeek multi-head latent attention (MLA) with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
         ``qk_pos_emb_head_dim`` and ``v_head_dim`` (Megatron-LM argument names; ``q_lora_rank`` 0 means no
@@ -99,6 +103,7 @@ class ModelConfig:
     moe_first_k_dense: int = 0
     moe_expert_capacity_factor: float = 0.0
     moe_pad_expert_input_to_capacity: bool = False
+    moe_imbalance_factor: float = 0.0
     multi_latent_attention: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
@@ -135,6 +140,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first field that breaks a rule."""
+        self._validate_sizes()
         check_ints(self, ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                      "num_query_groups", "kv_channels", "vocab_size", "seq_length"), 1)
         if self.num_attention_heads % self.num_query_groups:
@@ -143,9 +149,13 @@ class ModelConfig:
         check_ints(self, ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank"), 0)
         check_ints(self, ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
                      "qk_pos_emb_head_dim", "v_head_dim"), 1)
-        if not (isinstance(self.moe_expert_capacity_factor, float) and self.moe_expert_capacity_factor >= 0):
-            raise ConfigError("moe_expert_capacity_factor", "must be a number >= 0 (0 = dropless)",
-                              self.moe_expert_capacity_factor)
+        bounds.check_float("moe_expert_capacity_factor", self.moe_expert_capacity_factor, 0.0,
+                           bounds.MAX_CAPACITY_FACTOR,
+                           f"must be a finite number in [0, {bounds.MAX_CAPACITY_FACTOR:g}] (0 = dropless)")
+        f = self.moe_imbalance_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (f == 0 or 1 <= f < float("inf")):
+            raise ConfigError("moe_imbalance_factor", "must be 0 (modelled) or a finite number >= 1 (busiest "
+                              "expert-parallel rank's tokens over the mean)", self.moe_imbalance_factor)
         if self.moe_pad_expert_input_to_capacity and not self.moe_expert_capacity_factor:
             raise ConfigError("moe_pad_expert_input_to_capacity", "needs moe_expert_capacity_factor > 0",
                               self.moe_expert_capacity_factor)
@@ -165,6 +175,23 @@ class ModelConfig:
         if self.position_embedding not in POSITIONS:
             raise ConfigError("position_embedding", f"must be one of {', '.join(POSITIONS)}",
                               self.position_embedding)
+
+    def _validate_sizes(self) -> None:
+        """Upper bounds on the sizes (:mod:`flowsim.config.bounds` states each limit's reason)."""
+        b = bounds
+        b.check_int_max(self, ("num_layers",), b.MAX_LAYERS, "~60x the deepest published model")
+        b.check_int_max(self, ("hidden_size",), b.MAX_HIDDEN, "10x the widest published model")
+        b.check_int_max(self, ("ffn_hidden_size", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"),
+                        b.MAX_FFN, "10x the widest published MLP")
+        b.check_int_max(self, ("num_attention_heads", "num_query_groups"), b.MAX_HEADS,
+                        "25x the most heads of a published model")
+        b.check_int_max(self, ("kv_channels", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"), b.MAX_HEAD_DIM,
+                        "64x the widest published head")
+        b.check_int_max(self, ("q_lora_rank", "kv_lora_rank"), b.MAX_LORA_RANK, "the largest hidden_size")
+        b.check_int_max(self, ("vocab_size",), b.MAX_VOCAB, "16x the largest published vocabulary")
+        b.check_int_max(self, ("num_moe_experts",), b.MAX_EXPERTS, "40x the most experts of a production model")
+        b.check_int_max(self, ("seq_length",), b.MAX_SEQ, "16x the longest published training context")
+        b.check_int_max(self, ("moe_layer_freq", "moe_first_k_dense"), b.MAX_LAYERS, "the most layers")
 
     def attention_weights(self) -> int:
         """Weight-matrix parameters of one attention block (QKV or MLA projections and the output)."""

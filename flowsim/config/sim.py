@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from flowsim.config import bounds
 from flowsim.config.cluster import ClusterConfig
-from flowsim.config.layout import check_layout, chunks_per_stage
+from flowsim.config.layout import check_expert_layout, check_layout, chunks_per_stage, group_spans
 from flowsim.config.model import ModelConfig
 from flowsim.config.training import TrainingConfig
 from flowsim.errors import ConfigError
@@ -59,7 +60,13 @@ class SimConfig:
             dp = self.cluster.num_gpus // model_ways
         gbs = t.global_batch_size or t.micro_batch_size * dp
         seq = t.seq_length or self.model.seq_length
-        return replace(self, training=replace(t, data_parallel_size=dp, global_batch_size=gbs, seq_length=seq))
+        nvl = t.moe_flex_nvlink_ranks
+        if t.moe_token_dispatcher_type == "flex" and not nvl:
+            from flowsim.network.comm_layout import job_domain_size
+
+            nvl = job_domain_size(self.cluster)
+        return replace(self, training=replace(t, data_parallel_size=dp, global_batch_size=gbs, seq_length=seq,
+                                              moe_flex_nvlink_ranks=nvl))
 
     def validate(self) -> None:
         """Raise ConfigError naming the first rule broken (call on a resolved config)."""
@@ -111,10 +118,14 @@ class SimConfig:
                 raise ConfigError("expert_model_parallel_size", "must divide num_moe_experts",
                                   f"{t.ep} and {m.num_moe_experts}")
             etp = t.expert_tensor_parallel_size
-            if (t.tp * t.cp * t.dp) % (t.ep * etp):
-                raise ConfigError("expert_model_parallel_size", "expert_model_parallel_size * "
-                                  "expert_tensor_parallel_size must divide tp * cp * dp",
-                                  f"{t.ep}*{etp} and {t.tp}*{t.cp}*{t.dp}")
+            check_expert_layout(t)
+            if t.moe_token_dispatcher_type == "flex" and etp > 1:
+                raise ConfigError("moe_token_dispatcher_type", "flex is modelled with expert_tensor_parallel_size 1",
+                                  f"etp={etp}")
+            if t.moe_token_dispatcher_type == "flex" and t.ep % group_spans(t)["epn"][0]:
+                raise ConfigError("moe_flex_nvlink_ranks", "must hold a whole share of each expert-parallel group "
+                                  "(the group's members per NVLink stage must divide expert_model_parallel_size)",
+                                  f"{t.moe_flex_nvlink_ranks} GPUs, ep={t.ep}")
             if m.moe_ffn_hidden_size % etp:
                 raise ConfigError("moe_ffn_hidden_size", "must be divisible by expert_tensor_parallel_size",
                                   f"{m.moe_ffn_hidden_size} and {etp}")
@@ -137,6 +148,35 @@ class SimConfig:
                               "a multiple of pipeline_model_parallel_size",
                               f"{self.num_microbatches} micro-batches, pp={t.pp}")
         check_layout(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), self.num_microbatches)
+        self._validate_scale()
         if t.recompute_num_layers > -(-m.num_layers // (t.pp * t.vpp)):
             raise ConfigError("recompute_num_layers", "must not exceed the layers per pipeline chunk",
                               f"{t.recompute_num_layers} > {-(-m.num_layers // (t.pp * t.vpp))}")
+
+    def _validate_scale(self) -> None:
+        """Bounds that involve several fields (:mod:`flowsim.config.bounds` states each limit's reason)."""
+        m, c, t = self.model, self.cluster, self.training
+        b = bounds
+        if m.is_moe and t.tp > 1 and not t.sequence_parallel:
+            # megatron-core 0.16.1 MoELayer.forward raises ValueError in training when the attention TP group
+            # is > 1 without sequence parallelism; without it every TP rank would route the same tokens.
+            raise ConfigError("sequence_parallel", "a MoE model with tensor_model_parallel_size > 1 needs "
+                              "sequence_parallel (megatron-core's MoE layer requires it)", f"tp={t.tp}, sp=false")
+        if t.micro_batch_size * self.seq_length > b.MAX_MICROBATCH_TOKENS:
+            raise ConfigError("micro_batch_size", f"micro_batch_size * seq_length must be <= "
+                              f"{b.MAX_MICROBATCH_TOKENS:,} tokens (activation sizes stay finite)",
+                              f"{t.micro_batch_size}*{self.seq_length}")
+        passes = t.pp * t.vpp * self.num_microbatches
+        if passes > b.MAX_PIPELINE_PASSES:
+            raise ConfigError("global_batch_size", f"pipeline_model_parallel_size * "
+                              f"virtual_pipeline_model_parallel_size * micro-batches must be <= "
+                              f"{b.MAX_PIPELINE_PASSES:,} (16x a large real job; the schedule's size)",
+                              f"{t.pp}*{t.vpp}*{self.num_microbatches}={passes:,}")
+        if t.comm_engine == "flow" and c.num_gpus > b.MAX_GPUS_FLOW:
+            raise ConfigError("comm_engine", f"flow is bounded to {b.MAX_GPUS_FLOW:,} GPUs (one estimate would "
+                              "take minutes); use analytic", f"{c.num_gpus} GPUs")
+        if t.bucket_size_bytes:
+            grads = 4.0 * m.num_parameters()  # 4-byte gradients of the whole model: an upper bound per stage
+            if grads / t.bucket_size_bytes > b.MAX_BUCKETS:
+                raise ConfigError("bucket_size_bytes", f"must leave at most {b.MAX_BUCKETS:,} gradient buckets "
+                                  f"(>= {grads / b.MAX_BUCKETS:,.0f} bytes for this model)", t.bucket_size_bytes)

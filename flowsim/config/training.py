@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flowsim.config.layout import PIPELINE_SCHEDULES
+from flowsim.config import bounds
 from flowsim.errors import ConfigError, check_ints
-
 from flowsim.kernels.calibration import load_profile
 from flowsim.kernels.stack import release as kernel_release
+
 RECOMPUTE = ("none", "selective", "full")
 MEGATRON_MODULES = {
     "core_attn": "the attention kernel (FlashAttention forward, or scores/softmax/context without it) and its "
@@ -25,7 +26,8 @@ LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather")
 COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
-TOKEN_DISPATCHERS = ("alltoall", "allgather")
+TOKEN_DISPATCHERS = ("alltoall", "allgather", "flex")
+FLEX_BACKENDS = ("deepep", "hybridep")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
@@ -89,7 +91,7 @@ class TrainingConfig:
         Megatron-core DDP's ``max(40e6, 1e6 * dp * cp)`` parameters per bucket (``DistributedDataParallelConfig
         .bucket_size``) of 4-byte gradients, one layer with ZeRO-2 (FSDP reduces per wrapped block), or
         PyTorch DDP's 25 MiB (``bucket_cap_mb``) with eager kernels and no ZeRO
-        (:func:`flowsim.step.simulate.grad_bucket_bytes`).
+        (:func:`flowsim.step.data_parallel.grad_bucket_bytes`).
     account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split : bool
         Megatron-LM's uneven split: the embedding (loss) counts as one layer of the first (last) virtual
         pipeline stage, which then holds one transformer layer fewer.
@@ -118,12 +120,24 @@ class TrainingConfig:
         (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
         tokens of its expert-tensor x expert-parallel group, runs its experts on those routed to them, and
         reduce-scatters the outputs back). See :mod:`flowsim.model.moe`.
+    moe_flex_dispatcher_backend : str
+        Backend of the ``flex`` dispatcher (Megatron-LM ``--moe-flex-dispatcher-backend``): ``deepep`` (DeepEP,
+        arXiv 2412.19437 sec. 3.2.2) or ``hybridep`` (NVIDIA HybridEP); both send each token once per remote
+        domain over the network, then once per target GPU over NVLink (:func:`flowsim.model.moe.flex_stage_bytes`).
+    moe_flex_nvlink_ranks : int
+        GPUs one NVLink stage of the flex dispatcher spans (its "node"). 0 (default): the job's scale-up domain
+        (filled in by :meth:`flowsim.config.SimConfig.resolved`). DeepEP's internode kernels stop at 8
+        (``NUM_MAX_NVL_PEERS``, deepseek-ai/DeepEP csrc/kernels/configs.cuh), also on NVL72 racks.
+    expert_rank_order : str
+        Megatron-core's rank order of the expert layers (:data:`flowsim.config.layout.EXPERT_RANK_ORDERS`):
+        ``tp-ep-dp-pp`` (Megatron-core >= 0.10) or ``tp-cp-ep-dp-pp`` (<= 0.9: experts split by TP, EP groups
+        ``tp * cp`` ranks apart). Empty (default): the one ``framework_version`` runs, else ``tp-ep-dp-pp``.
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
     overlap_comm_sms : int
         SMs a collective holds while it runs beside compute, slowing that compute to ``1 - sms / SM count`` of
-        its speed (:func:`flowsim.step.simulate.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
+        its speed (:func:`flowsim.step.overlap.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
         that size (NCCL launches one CTA per channel). Set it where a framework caps communication SMs
         (e.g. DeepSeek-V3 dedicates 20 of 132 SMs to communication, arXiv 2412.19437 sec. 3.2.2).
     kernel_fusion : str
@@ -135,6 +149,14 @@ class TrainingConfig:
         The training framework and its release (:mod:`flowsim.model.profiles`; ``nemo`` and ``megatron-bridge``
         are ``megatron-core``): the release's documented defaults fill every key the config does not set.
         Empty (default): no profile.
+    software_release : str
+        Software release the kernels are priced on (:mod:`flowsim.kernels.stack`, table ``software_releases``;
+        e.g. ``nemo-24.07``); empty (default) takes ``framework_version`` where that is a listed release, else
+        the newest kernel measurements. A release without its own GEMM measurement uses the nearest older one,
+        with a warning.
+    calibration : str
+        Calibration profile applied to the kernel pricing (:mod:`flowsim.kernels.calibration`): a YAML file
+        written by ``flowsim calibrate``, ``default`` for the shipped one, or empty (default) for none.
     grad_reduce_dtype : str
         Dtype of the data-parallel gradient reduction: ``fp32`` (default; Megatron-LM with bf16), ``bf16``,
         ``fp16``.
@@ -145,14 +167,6 @@ class TrainingConfig:
     host_overhead : str
         CPU cost of issuing kernels (:mod:`flowsim.model.host_costs`, priced on the cluster's ``cpu``):
         ``none`` (default: the GPU never waits for the CPU), ``eager``, ``megatron``, ``te`` or ``compiled``.
-    software_release : str
-        Software release the kernels are priced on (:mod:`flowsim.kernels.stack`, table ``software_releases``;
-        e.g. ``nemo-24.07``); empty (default) takes ``framework_version`` where that is a listed release, else
-        the newest kernel measurements. A release without its own GEMM measurement uses the nearest older one,
-        with a warning.
-    calibration : str
-        Calibration profile applied to the kernel pricing (:mod:`flowsim.kernels.calibration`): a YAML file
-        written by ``flowsim calibrate``, ``default`` for the shipped one, or empty (default) for none.
     """
 
     tensor_model_parallel_size: int = 1
@@ -185,6 +199,9 @@ class TrainingConfig:
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     moe_token_dispatcher_type: str = "alltoall"
+    moe_flex_dispatcher_backend: str = "deepep"
+    moe_flex_nvlink_ranks: int = 0
+    expert_rank_order: str = ""
     overlap_moe_expert_parallel_comm: bool = False
     use_flash_attn: bool = True
     kernel_fusion: str = "fused"
@@ -194,6 +211,8 @@ class TrainingConfig:
     grad_reduce_dtype: str = "fp32"
     cuda_graphs: str = "none"
     host_overhead: str = "none"
+    software_release: str = ""
+    calibration: str = ""
 
     @property
     def tp(self) -> int:
@@ -206,8 +225,6 @@ class TrainingConfig:
     @property
     def dp(self) -> int:
         return self.data_parallel_size
-    software_release: str = ""
-    calibration: str = ""
 
     @property
     def cp(self) -> int:
@@ -263,7 +280,17 @@ class TrainingConfig:
                      "expert_model_parallel_size", "virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
                      "micro_batch_size"), 1)
         check_ints(self, ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers",
-                          "data_parallel_shard_size", "overlap_comm_sms"), 0)
+                          "data_parallel_shard_size", "overlap_comm_sms", "moe_flex_nvlink_ranks"), 0)
+        b = bounds
+        b.check_int_max(self, ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                               "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size",
+                               "data_parallel_shard_size"), b.MAX_GPUS, "the most GPUs in a job")
+        b.check_int_max(self, ("virtual_pipeline_model_parallel_size", "recompute_num_layers"), b.MAX_LAYERS,
+                        "the most layers")
+        b.check_int_max(self, ("micro_batch_size", "global_batch_size"), b.MAX_BATCH,
+                        "1,000x the largest published global batch")
+        b.check_int_max(self, ("seq_length",), b.MAX_SEQ, "16x the longest published training context")
+        b.check_int_max(self, ("overlap_comm_sms",), b.MAX_COMM_SMS, "no GPU has more SMs")
         if self.recompute_granularity not in RECOMPUTE:
             raise ConfigError("recompute_granularity", f"must be one of {', '.join(RECOMPUTE)}",
                               self.recompute_granularity)
@@ -299,9 +326,16 @@ class TrainingConfig:
             raise ConfigError("comm_engine", f"must be one of {', '.join(COMM_ENGINES)}", self.comm_engine)
         if self.kernel_fusion not in KERNEL_FUSIONS:
             raise ConfigError("kernel_fusion", f"must be one of {', '.join(KERNEL_FUSIONS)}", self.kernel_fusion)
+        if self.software_release:
+            kernel_release(self.software_release)  # ConfigError naming software_release if unknown
+        if self.calibration:
+            load_profile(self.calibration)  # ConfigError naming the profile field that is wrong
         if self.moe_token_dispatcher_type not in TOKEN_DISPATCHERS:
             raise ConfigError("moe_token_dispatcher_type", f"must be one of {', '.join(TOKEN_DISPATCHERS)}",
                               self.moe_token_dispatcher_type)
+        if self.moe_flex_dispatcher_backend not in FLEX_BACKENDS:
+            raise ConfigError("moe_flex_dispatcher_backend", f"must be one of {', '.join(FLEX_BACKENDS)}",
+                              self.moe_flex_dispatcher_backend)
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:
@@ -316,10 +350,5 @@ class TrainingConfig:
             profile(self.framework, self.framework_version)  # an unknown framework or release raises
         elif self.framework_version:
             raise ConfigError("framework_version", "needs framework", self.framework_version)
-        if not self.bucket_size_bytes >= 0:
-            raise ConfigError("bucket_size_bytes", "must be >= 0 (0 = the framework's default)",
-                              self.bucket_size_bytes)
-        if self.software_release:
-            kernel_release(self.software_release)  # ConfigError naming software_release if unknown
-        if self.calibration:
-            load_profile(self.calibration)  # ConfigError naming the profile field that is wrong
+        bounds.check_float("bucket_size_bytes", self.bucket_size_bytes, 0.0, float("inf"),
+                           "must be a finite number >= 0 (0 = the framework's default)")

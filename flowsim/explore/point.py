@@ -16,6 +16,7 @@ from flowsim._version import __version__
 from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
 from flowsim.step.memory import stage_memory
+from flowsim.step.invariants import check_result
 from flowsim.step.simulate import simulate
 from flowsim.explore.space import Layout
 from flowsim.model.workload import build_workload
@@ -157,6 +158,8 @@ def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True, kn
             if mem > get_gpu(cfg.cluster.gpu).hbm_bytes:
                 out.append(Outcome(index, "memory", key, memory_bytes=mem))
                 continue
-        point = PointResult.of(cfg, simulate(cfg), key)
+        result = simulate(cfg)
+        check_result(result)
+        point = PointResult.of(cfg, result, key)
         out.append(Outcome(index, "evaluated", key, point, point.memory_bytes_per_gpu))
     return out

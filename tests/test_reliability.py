@@ -1,0 +1,181 @@
+"""Issue 21's reproducers: every bad input ends in one line naming the field and the rule, never a traceback,
+a hang or a wrong number (config bounds, cross-field rules, file encodings, output paths, invariants)."""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+import flowsim
+from flowsim.cli import main
+from flowsim.config import build_config
+from flowsim.errors import ConfigError
+from flowsim.step.invariants import InvariantError, check_result, violations
+
+BASE = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "gbs": 64}
+MIXTRAL = {"model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 64, "pp": 4, "ep": 2}
+
+
+def _err(**kw) -> str:
+    with pytest.raises(ConfigError) as e:
+        build_config({**BASE, **kw})
+    return str(e.value)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(num_layers=10**9), "num_layers: must be <= 10,000 (~60x the deepest published model) (got 1000000000)"),
+    (dict(seq=1099511627776), "seq_length: must be <= 16,777,216 (16x the longest published training context) "
+                              "(got 1099511627776)"),
+    (dict(num_attention_heads=10**9), "num_attention_heads: must be <= 4,096 (25x the most heads of a published "
+                                      "model) (got 1000000000)"),
+    (dict(gbs=10**12), "global_batch_size: must be <= 16,777,216 (1,000x the largest published global batch) "
+                       "(got 1000000000000)"),
+    (dict(nic_gbps=1e-9), "nic_gbps: must be a finite number in [1, 100000] Gb/s (1 GbE to 125x today's fastest "
+                          "NIC) (got 1e-09)"),
+    (dict(nic_gbps=math.inf), "nic_gbps: must be a finite number in [1, 100000] Gb/s (1 GbE to 125x today's "
+                              "fastest NIC) (got inf)"),
+    (dict(nic_gbps=math.nan), "nic_gbps: must be a finite number in [1, 100000] Gb/s (1 GbE to 125x today's "
+                              "fastest NIC) (got nan)"),
+    (dict(oversubscription=math.inf), "oversubscription: must be a finite number in [1, 100] (1 = non-blocking) "
+                                      "(got inf)"),
+    (dict(nic_latency_s=math.inf), "nic_latency_s: must be a finite number in [0, 1] s (got inf)"),
+    (dict(bucket_size_bytes=1), "bucket_size_bytes: must leave at most 65,536 gradient buckets (>= 490,128 bytes "
+                                "for this model) (got 1.0)"),
+    (dict(bucket_size_bytes=math.inf), "bucket_size_bytes: must be a finite number >= 0 (0 = the framework's "
+                                       "default) (got inf)"),
+    (dict(gpus=2**21, gbs=2**21), "num_gpus: must be <= 1,048,576 (5x the largest announced cluster) "
+                                  "(got 2097152)"),
+    (dict(num_moe_experts=8, tp=2), "sequence_parallel: a MoE model with tensor_model_parallel_size > 1 needs "
+                                    "sequence_parallel (megatron-core's MoE layer requires it) (got tp=2, sp=false)"),
+    (dict(tp=2, tensor_model_parallel_size=1), "tensor_model_parallel_size: given twice in one source; keep one "
+                                               "(got 'tp' and 'tensor_model_parallel_size')"),
+    (dict(gpus=8, pp=8, num_layers=64, gbs=2**19),
+     "global_batch_size: pipeline_model_parallel_size * virtual_pipeline_model_parallel_size * micro-batches must "
+     "be <= 2,097,152 (16x a large real job; the schedule's size) (got 8*1*524288=4,194,304)"),
+    (dict(gpus=32768, comm_engine="flow", switch_radix=512, gbs=32768),
+     "comm_engine: flow is bounded to 16,384 GPUs (one estimate would take minutes); use analytic (got 32768 GPUs)"),
+])
+def test_bounds_name_the_field_and_the_limit(kw, message):
+    assert _err(**kw) == message
+
+
+def test_duplicate_keys_across_flat_and_nested_sections():
+    assert _err(training={"tensor_model_parallel_size": 1}, tp=2).startswith(
+        "tensor_model_parallel_size: given twice in one source")
+    # later sources still override earlier ones
+    assert build_config(BASE, {"tp": 2}, tensor_model_parallel_size=4).training.tp == 4
+
+
+def test_limits_still_admit_the_largest_published_jobs():
+    cfg = build_config({"model": "gpt3-175b", "cluster": "dgx-h100", "gpus": 1024, "tp": 8, "pp": 8,
+                        "gbs": 1536, "sp": True, "distributed_optimizer": True})
+    assert cfg.cluster.num_gpus == 1024
+    build_config({"model": "deepseek-v3", "cluster": "dgx-h100", "gpus": 2048, "pp": 16, "ep": 64, "gbs": 15360,
+                  "pipeline_layer_split": "balanced"})
+
+
+def test_invariants_hold_and_refuse_a_wrong_result():
+    r = flowsim.simulate(BASE)
+    assert violations(r) == []
+    check_result(r)
+    bad = dataclasses.replace(r, hfu=r.mfu / 2)  # HFU below MFU: impossible
+    with pytest.raises(InvariantError) as e:
+        check_result(bad)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("internal error: 0 < MFU <= HFU <= 1 must hold")
+    assert "name=llama3-8b" in msg and "num_gpus=8" in msg
+    nan = dataclasses.replace(r, step_time_s=float("nan"))
+    assert violations(nan) == ["step_time_s must be finite and > 0 (got nan)"]
+    long_stage = dataclasses.replace(r.stages[0], bubble_s=2 * r.step_time_s)
+    assert "stage 0 bubble_s must be finite" in violations(dataclasses.replace(r, stages=(long_stage,)))[0]
+
+
+def test_moe_layouts_of_the_issue_give_mfu_below_hfu():
+    for cfg in ({**MIXTRAL, "tp": 1, "etp": 4},
+                {"model": "llama2-7b", "cluster": "dgx-h100", "gpus": 8, "num_moe_experts": 8, "etp": 4}):
+        r = flowsim.simulate(cfg)
+        assert violations(r) == [], cfg
+
+
+# --- files --------------------------------------------------------------------------------------------------
+
+def _run(*args):
+    r = CliRunner().invoke(main, list(args))
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r
+
+
+def _one_line_error(r, code=2) -> str:
+    assert r.exit_code == code, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("latin1.yaml", "model: llama3-8b\nname: caf\xe9\n".encode("latin-1"),
+     "Error: config: not UTF-8 text (byte 0xe9 at offset 26); save it as UTF-8"),
+    ("binary.yaml", bytes(range(256)), "Error: config: not UTF-8 text (byte 0x80 at offset 128); save it as UTF-8"),
+    ("nul.yaml", b"model: llama3-8b\x00\n", "Error: config: is a binary file, not text (NUL byte at offset 16)"),
+    ("deep.yaml", b"[" * 50000, "Error: config: YAML nested deeper than 32 levels"),
+    ("inf.json", b'{"model": "llama3-8b", "nic_gbps": Infinity}',
+     "Error: config: not valid JSON: Infinity is not a number JSON allows"),
+    ("nan.json", b'{"model": "llama3-8b", "nic_gbps": NaN}',
+     "Error: config: not valid JSON: NaN is not a number JSON allows"),
+    ("dup.json", b'{"model": "llama3-8b", "tp": 1, "tp": 2}', "Error: config: not valid JSON: key 'tp' given twice"),
+    ("dup.yaml", b"model: llama3-8b\ntp: 1\ntp: 2\n", "Error: config: not valid YAML: key 'tp' given twice"),
+    ("alias.yaml", b"model: llama3-8b\ncluster: dgx-h100\ntp: 2\ntensor_model_parallel_size: 1\n",
+     "Error: tensor_model_parallel_size: given twice in one source; keep one (got 'tp' and "
+     "'tensor_model_parallel_size')"),
+])
+def test_config_files_that_are_not_clean_utf8_are_one_line_errors(tmp_path, name, data, message):
+    p = tmp_path / name
+    p.write_bytes(data)
+    line = _one_line_error(_run("estimate", str(p)))
+    assert line.startswith(message), line
+
+
+def test_a_bom_is_accepted(tmp_path):
+    p = tmp_path / "bom.json"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({**BASE, "gbs": 8}).encode())
+    r = _run("estimate", str(p), "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["config"]["training"]["global_batch_size"] == 8
+
+
+def test_cli_bounds_are_one_line_errors():
+    base = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    assert _one_line_error(_run(*base, "--seq", "1099511627776")).startswith("Error: seq_length: must be <=")
+    assert _one_line_error(_run(*base, "--set", "num_layers=1000000000")).startswith("Error: num_layers: must be")
+    assert _one_line_error(_run(*base, "--nic-gbps", "inf")).startswith("Error: nic_gbps: must be a finite")
+    assert _one_line_error(_run(*base, "--set", "oversubscription=inf")).startswith("Error: oversubscription:")
+
+
+def test_output_paths_are_checked_before_the_simulation(tmp_path, monkeypatch):
+    import flowsim.step.simulate as sim
+
+    def boom(*a, **k):  # the simulation must not start
+        raise AssertionError("simulated before checking the output path")
+
+    monkeypatch.setattr(sim, "simulate", boom)
+    base = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    line = _one_line_error(_run(*base, "--trace", str(tmp_path / "nonexistent" / "t.json")))
+    assert line == (f"Error: --trace: folder does not exist (flowsim creates no folders you did not name) "
+                    f"(got {tmp_path / 'nonexistent' / 't.json'})")
+    line = _one_line_error(_run(*base, "--chakra", str(tmp_path / "a" / "b")))
+    assert line.startswith("Error: --chakra: parent folder does not exist")
+    assert not (tmp_path / "nonexistent").exists() and not (tmp_path / "a").exists()
+
+
+def test_truncated_gzip_is_a_one_line_error(tmp_path):
+    from flowsim.io_text import read_text
+
+    p = tmp_path / "trace.json.gz"
+    p.write_bytes(gzip.compress(b'{"traceEvents": []}' * 100)[:40])
+    with pytest.raises(ConfigError) as e:
+        read_text(p, "trace")
+    assert str(e.value).startswith("trace: not a complete gzip file")
