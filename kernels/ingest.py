@@ -14,8 +14,6 @@ a memory-bound launch from them (docs/KERNELS.md, "Memory-bound").
 """
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -31,6 +29,7 @@ from flowsim.kernels.gemm import gemm_bytes
 from flowsim.kernels.memory import memory_latency_candidates, memory_reference, stream_efficiency
 from flowsim.kernels.model import KERNEL_MIN_TIME_S, op_breakdown
 from flowsim.kernels.reference import choose_reference
+from flowsim.kernels.trace_events import read_events
 from flowsim.units import US
 
 # deviceProperties[].name as CUDA/HIP reports it -> flowsim key (names read from the shared traces, and the
@@ -71,23 +70,10 @@ Left out as ambiguous: ``aten::cat`` (no per-tensor dtype), reductions (the outp
 arguments), gathers, scatters and cache writes (bytes depend on the indices), multi-kernel ops (batch norm)."""
 
 
-def read_trace(path) -> dict:
-    """Load a Kineto JSON trace (``.json`` or ``.json.gz``); ConfigError('trace', ...) if unreadable."""
-    path = Path(path)
-    try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as f:
-            trace = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError("trace", f"cannot read a Kineto JSON trace ({type(e).__name__})", str(path)) from None
-    if not isinstance(trace, dict) or "traceEvents" not in trace:
-        raise ConfigError("trace", "not a Kineto trace (no traceEvents)", str(path))
-    return trace
-
-
-def trace_gpu_key(trace: dict) -> str:
-    """flowsim key of the trace's GPU from ``deviceProperties``; ConfigError('gpu') when it cannot be told."""
-    names = {d.get("name") for d in trace.get("deviceProperties", [])}
+def trace_gpu_key(meta: dict) -> str:
+    """flowsim key of the trace's GPU from the ``deviceProperties`` of its top-level fields
+    (:attr:`flowsim.kernels.trace_events.TraceEvents.meta`); ConfigError('gpu') when it cannot be told."""
+    names = {d.get("name") for d in meta.get("deviceProperties", [])}
     keys = {TRACE_DEVICE_KEYS.get(n) for n in names}
     if len(keys) != 1 or None in keys:
         raise ConfigError("gpu", "cannot tell the GPU from the trace; pass its key", ", ".join(sorted(map(str, names))))
@@ -117,11 +103,11 @@ def ingest_trace(path, gpu: str | None = None) -> pd.DataFrame:
         Unreadable trace (``trace``) or unknown GPU (``gpu``).
     """
     path = Path(path)
-    trace = read_trace(path)
-    key = gpu or trace_gpu_key(trace)
+    trace = read_events(path)
+    key = gpu or trace_gpu_key(trace.meta)
     spec = get_gpu(key)
     ops, kernels = {}, defaultdict(list)
-    for e in trace["traceEvents"]:
+    for e in trace.events:
         args = e.get("args") or {}
         if "External id" not in args:
             continue
@@ -130,7 +116,7 @@ def ingest_trace(path, gpu: str | None = None) -> pd.DataFrame:
         elif e.get("cat") == "kernel":
             kernels[args["External id"]].append(e)
     rows = [r for x, op in ops.items() if kernels.get(x) for r in [gemm_row(op, kernels[x])] if r]
-    date = datetime.fromtimestamp(trace.get("baseTimeNanoseconds", 0) / 1e9, tz=timezone.utc).date().isoformat()
+    date = datetime.fromtimestamp(trace.meta.get("baseTimeNanoseconds", 0) / 1e9, tz=timezone.utc).date().isoformat()
     df = pd.DataFrame(rows, columns=["m", "n", "k", "batch", "dtype", "time_s", "impl"])
     df["op"], df["gpu"], df["heads"], df["seq_q"], df["seq_k"], df["head_dim"], df["causal"] = (
         "gemm", key, 0, 0, 0, 0, False)
@@ -253,9 +239,9 @@ def ingest_memory_kernels(path, gpu: str | None = None) -> pd.DataFrame:
         and whose bytes are known: ``op``, ``kernel`` (name up to the template), ``bytes`` (bytes), ``time_s``
         (kernel duration, seconds). ``attrs["gpu"]`` holds the GPU key.
     """
-    trace = read_trace(path)
+    trace = read_events(path)
     ops, kernels = {}, defaultdict(list)
-    for e in trace["traceEvents"]:
+    for e in trace.events:
         args = e.get("args") or {}
         if e.get("cat") == "cpu_op" and e.get("name") in MEMORY_BYTE_RULES and "External id" in args:
             ops[args["External id"]] = e
@@ -267,7 +253,7 @@ def ingest_memory_kernels(path, gpu: str | None = None) -> pd.DataFrame:
         if len(kernels.get(x, [])) == 1 and nbytes is not None:
             rows.append((op["name"], _kernel_name(kernels[x][0]), nbytes, kernels[x][0]["dur"] * US))
     df = pd.DataFrame(rows, columns=["op", "kernel", "bytes", "time_s"])
-    df.attrs["gpu"] = gpu or trace_gpu_key(trace)
+    df.attrs["gpu"] = gpu or trace_gpu_key(trace.meta)
     return df
 
 

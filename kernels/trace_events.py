@@ -1,4 +1,6 @@
-"""Tolerant reader of PyTorch-profiler (Kineto) Chrome traces: whole, cut-off or partly malformed files.
+"""The one reader of PyTorch-profiler (Kineto) Chrome traces: whole, cut-off or partly malformed files.
+
+Used by the kernel ingest (:mod:`flowsim.kernels.ingest`) and by trace validation (:mod:`flowsim.validation`).
 
 Layout (../shared/research/maxmin-and-traces.md part B): a JSON object with ``deviceProperties``,
 ``distributedInfo`` and ``traceEvents``; ``ts``/``dur`` in microseconds. The file may be gzip-compressed

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from flowsim.cli import main
 from flowsim.errors import ConfigError
 from flowsim.validation.kineto import extract
-from flowsim.validation.trace_events import read_events
+from flowsim.kernels.trace_events import read_events
 from flowsim.validation.trace_validation import validate_trace
 
 H200 = "flowsim_h200_4rank_sglang_tp4.json.gz"

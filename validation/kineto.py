@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from flowsim.kernels.ingest import GEMM_OPS, TRACE_DTYPES, TRACE_ELEMENT_BYTES, gemm_row, memory_op_bytes
+from flowsim.kernels.trace_events import TraceEvents
 from flowsim.units import US
-from flowsim.validation.trace_events import TraceEvents
 
 COLLECTIVE_NAMES = {"allreduce": "allreduce", "all_reduce": "allreduce", "_allgather_base": "allgather",
                     "allgather": "allgather", "all_gather": "allgather", "_all_gather_base": "allgather",
@@ -203,7 +203,7 @@ def extract(trace: TraceEvents) -> TraceContents:
     Parameters
     ----------
     trace : TraceEvents
-        From :func:`flowsim.validation.trace_events.read_events`.
+        From :func:`flowsim.kernels.trace_events.read_events`.
 
     Returns
     -------
