@@ -5,6 +5,7 @@ Needs the ``service`` extra (``pip install "flowsim[service]"``); see docs/SERVI
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -116,17 +117,20 @@ def token_create(name, admin, db):
 @click.option("--exit-when-idle", is_flag=True, help="Exit when the queue is empty.")
 @user_errors
 def worker(db, lease_s, scheduler, max_jobs, exit_when_idle):
-    """Process jobs from the service's queue (SIGTERM: finish the job in hand, then exit). Example:
+    """Process jobs from the service's queue (SIGTERM: finish the job in hand, then exit). Logs one line per
+    job on stderr: ``job ID KIND OUTCOME SECONDS``. Example:
 
     \b
         flowsim worker --db postgresql://flowsim:secret@db/flowsim
     """
     _service()
+    import logging
     import signal
 
     from flowsim.service.db import open_db
     from flowsim.service.worker import WorkerLoop
 
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     loop = WorkerLoop(open_db(db), lease_s=lease_s, scheduler=scheduler)
     signal.signal(signal.SIGTERM, loop.stop)
     signal.signal(signal.SIGINT, loop.stop)

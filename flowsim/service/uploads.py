@@ -40,7 +40,7 @@ def _summary(kind: str, path: Path) -> dict:
 
         log = read_nccl_tests(path)
         return {"rows": int(len(log.frame)), "skipped_lines": len(log.skipped), "nccl_version": log.nccl_version}
-    from flowsim.validation.trace_events import read_events
+    from flowsim.kernels.trace_events import read_events
 
     trace = read_events(path)
     if not trace.events:

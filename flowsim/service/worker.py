@@ -11,6 +11,7 @@ processes, one per queued or running job.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from flowsim.service.store import JobAbandoned, ServiceStore
 POLL_S = 0.5  # how long an idle worker waits before looking at the queue again
 POOL_CHECK_S = 1.0  # how often the embedded pool compares its size with the queue
 STOP_GRACE_S = 10.0  # how long the pool waits for a stopped worker before killing it
+log = logging.getLogger(__name__)
 
 
 def _one_line(e: BaseException) -> str:
@@ -85,10 +87,15 @@ class WorkerLoop:
         return done
 
     def process(self, job: queue.Claimed) -> None:
-        """Run one claimed job under a heartbeat and store its outcome."""
+        """Run one claimed job under a heartbeat, store its outcome and log one line ``job ID KIND OUTCOME``."""
+        start = time.perf_counter()
+        outcome = self._process(job)
+        log.info("job %s %s %s %.3f s", job.id, job.kind, outcome, time.perf_counter() - start)
+
+    def _process(self, job: queue.Claimed) -> str:
         if queue.stored_result(self.engine, job.key) is not None:  # computed meanwhile by an identical job
             queue.complete(self.engine, job, self.id, None, reused=True)
-            return
+            return "reused"
         state = {"progress": 0.0, "lost": False}
         beat_stop = threading.Event()
 
@@ -111,17 +118,17 @@ class WorkerLoop:
         try:
             result = run(job.kind, job.params, ctx)
         except JobAbandoned:
-            return
+            return "abandoned"
         except ConfigError as e:
             queue.fail(self.engine, job, self.id, str(e))
-            return
+            return "failed"
         except Exception as e:  # a bug or an environment failure: recorded on the job, the worker goes on
             queue.fail(self.engine, job, self.id, f"{type(e).__name__}: {_one_line(e)}")
-            return
+            return "failed"
         finally:
             beat_stop.set()
             thread.join()
-        queue.complete(self.engine, job, self.id, result)
+        return "done" if queue.complete(self.engine, job, self.id, result) else "lost-lease"
 
     def _measurement(self, mid: str) -> tuple[str, bytes]:
         with session(self.engine) as s:

@@ -1,0 +1,106 @@
+"""Durability of the queue, on SQLite and PostgreSQL: killed workers, a killed server, two competing workers."""
+from __future__ import annotations
+
+import re
+import signal
+
+from harness import Server, make_token, start_worker, stop_worker, wait_for
+from sqlalchemy import func, select
+
+from flowsim.service import kinds, queue
+from flowsim.service.db import Job, Point, Result, User, open_db, session
+
+# A tune of ~160 layouts (llama3-8b on 64 H100, vpp <= 2, mbs <= 2, no recompute, ZeRO-1): about 20 batches
+# committed one by one, so a worker killed after the first batch leaves a job half done.
+TUNE = {"kind": "tune", "config": {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64, "gbs": 256},
+        "space": {"max_vpp": 2, "max_cp": 1, "max_mbs": 2, "recompute": ["none"], "zero": [1]}}
+JOB_LINE = re.compile(r"^job ([0-9a-f]{32}) (\w+) (\w[\w-]*) ", re.M)
+N_COMPETING = 200  # jobs two workers share in test_two_workers_never_run_the_same_job
+
+
+def _job(engine, job_id) -> Job:
+    with session(engine) as s:
+        return s.get(Job, job_id)
+
+
+def test_killed_worker_job_is_requeued_and_every_point_stored_once(db_url):
+    server = Server(db_url).start()
+    try:
+        with server.client(make_token(db_url, "alice")) as alice:
+            job_id = alice.post("/v1/jobs", json=TUNE).json()["id"]
+            engine = open_db(db_url)
+            first = start_worker(db_url)
+            wait_for(lambda: 0 < _job(engine, job_id).progress < 0.6, 120, "the tune to be part done")
+            stop_worker(first, signal.SIGKILL)  # kill -9 in the middle of the job
+            with session(engine) as s:
+                points_before = s.scalar(select(func.count()).select_from(Point))
+            job = _job(engine, job_id)
+            assert job.state == "running" and points_before > 0
+            second = start_worker(db_url, "--exit-when-idle")  # claims it once the 2 s lease has run out
+            assert second.wait(180) == 0
+            log = second.stderr.read().decode()
+            job = alice.get(f"/v1/jobs/{job_id}").json()
+            assert job["state"] == "done" and job["attempts"] == 2, (job, log)
+            body = alice.get(f"/v1/jobs/{job_id}/result").json()
+            result = body["result"]
+            with session(engine) as s:
+                points = s.scalar(select(func.count()).select_from(Point))
+                results = s.scalar(select(func.count()).select_from(Result).where(Result.key == body["key"]))
+                keys = s.scalars(select(Point.key)).all()
+            # resumed: the first worker's committed points were reused, the rest simulated once
+            assert result["reused"] == points_before > 0
+            assert points == result["evaluated"] + result["reused"] == len(set(keys))
+            assert results == 1
+            assert result["fitting"] == len(result["ranked"]) > 0
+            engine.dispose()
+    finally:
+        server.stop()
+
+
+def test_killed_server_loses_no_accepted_job(db_url):
+    server = Server(db_url).start()
+    token = make_token(db_url, "alice")
+    accepted = []
+    with server.client(token) as alice:
+        for i in range(15):
+            r = alice.post("/v1/jobs", json={"kind": "collective", "config": {"op": "allgather", "cluster": "dgx-h100",
+                                                                              "sizes": str(1024 * (i + 1))}})
+            assert r.status_code == 202
+            accepted.append(r.json()["id"])
+    server.kill9()
+    server = Server(db_url).start()
+    try:
+        with server.client(token) as alice:
+            assert all(alice.get(f"/v1/jobs/{i}").json()["state"] == "queued" for i in accepted)
+            worker = start_worker(db_url, "--exit-when-idle")
+            assert worker.wait(180) == 0
+            states = {alice.get(f"/v1/jobs/{i}").json()["state"] for i in accepted}
+            assert states == {"done"}
+            assert alice.get("/v1/jobs", params={"limit": 200}).json()["total"] == len(accepted)
+    finally:
+        server.stop()
+
+
+def test_two_workers_never_run_the_same_job(db_url):
+    engine = open_db(db_url)
+    make_token(db_url, "alice")
+    with session(engine) as s:
+        owner = s.scalar(select(User.id).where(User.name == "alice"))
+    ids = set()
+    for i in range(N_COMPETING):
+        kind, params, key = kinds.prepare({"kind": "collective", "config": {
+            "op": "allreduce", "cluster": "dgx-h100", "nodes": 1 + i % 2, "sizes": str(8 * (i + 1))}},
+            lambda _: None)
+        ids.add(queue.submit(engine, owner, kind, params, key).id)
+    workers = [start_worker(db_url, "--exit-when-idle") for _ in range(2)]
+    logs = []
+    for w in workers:
+        assert w.wait(300) == 0
+        logs.append(w.stderr.read().decode())
+    ran = [m.group(1) for log in logs for m in JOB_LINE.finditer(log)]
+    assert len(ran) == len(set(ran)) == N_COMPETING and set(ran) == ids
+    assert all(len(JOB_LINE.findall(log)) > 0 for log in logs)  # both took part
+    with session(engine) as s:
+        assert set(s.execute(select(Job.state, Job.attempts)).all()) == {("done", 1)}
+        assert s.scalar(select(func.count()).select_from(Result)) == N_COMPETING
+    engine.dispose()
