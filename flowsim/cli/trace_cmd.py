@@ -29,16 +29,22 @@ def summary_rows(result) -> list[dict]:
 @click.option("--gpu", help="flowsim GPU key (default: from the trace's deviceProperties).")
 @click.option("--outliers", type=click.IntRange(min=0), default=5, show_default=True,
               help="Largest outliers to list.")
+@click.option("--host", "host", is_flag=True,
+              help="Print the CPU (host) time per launched kernel and per layer pass instead (docs/MODEL.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the tables.")
 @user_errors
-def validate_trace_cmd(trace, cluster, gpu, outliers, as_json):
+def validate_trace_cmd(trace, cluster, gpu, outliers, host, as_json):
     """Compare flowsim's predictions with the GEMM, attention, memory-bound and collective kernels of a trace.
 
     Errors are predicted / measured - 1. Collective instances slower than the fastest instance of the
     same communicator moving at least as many bytes (by more than the wait factor) are counted as waiting
     for peers; those running mostly beside compute kernels as overlapped; both are left out of the error
-    figures (docs/VALIDATION.md).
+    figures (docs/VALIDATION.md). With --host: the trace's CPU-side figures (launch calls, CPU per kernel in
+    operators, gaps between launches, CPU per layer pass), to check the host costs flowsim uses.
     """
+    if host:
+        _host_report(trace, as_json)
+        return
     result = validate_trace(trace, gpu=gpu, cluster=cluster)
     if as_json:
         echo_json(result.to_dict())
@@ -62,3 +68,27 @@ def validate_trace_cmd(trace, cluster, gpu, outliers, as_json):
                  "error_pct": 100 * r["error"]} for r in result.outliers(outliers).to_dict(orient="records")]
         click.echo("\nLargest outliers (|log(predicted/measured)|):")
         click.echo(format_table(rows, _OUTLIERS))
+
+
+_HOST_LAYERS = [("module", "layer module", ""), ("passes", "passes", "d"), ("cpu_us", "CPU us/pass", ".1f"),
+                ("kernels", "kernels/pass", ".1f"), ("cpu_us_per_kernel", "CPU us/kernel", ".1f")]
+
+
+def _host_report(trace, as_json) -> None:
+    """``--host``: :func:`flowsim.validation.host_trace.host_costs_from_trace` as a table or JSON."""
+    from flowsim.validation.host_trace import host_costs_from_trace
+
+    h = host_costs_from_trace(trace)
+    if as_json:
+        echo_json(h.to_dict())
+        return
+    click.echo(f"{h.trace}: {h.launches} kernel launches on {h.threads} CPU threads (profiled: CPU spans run "
+               "2-5x an unprofiled host)")
+    click.echo(f"launch call (median)           {h.launch_call_us:8.2f} us")
+    click.echo(f"CPU per kernel in operators    {h.cpu_us_per_kernel:8.2f} us  (median span "
+               f"{h.cpu_us_per_kernel_median:.2f} us; {h.op_spans} top-level spans that do not wait)")
+    click.echo(f"gap between launches (median)  {h.launch_gap_us:8.2f} us")
+    if h.layers:
+        click.echo(format_table(h.to_dict()["layers"], _HOST_LAYERS))
+    else:
+        click.echo("no layer module spans (record with torch.profiler.profile(with_modules=True))")
