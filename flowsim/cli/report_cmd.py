@@ -4,7 +4,6 @@ from __future__ import annotations
 import click
 
 from flowsim.cli.common import user_errors
-from flowsim.validation.report import NCCL_DATASETS, TRACES, run_report, write_report
 
 QUICK_RUN_IDS = (1, 2, 3)
 """Runs-CSV rows of ``--quick``."""
@@ -25,6 +24,8 @@ def report(out_dir, data_dir, quick):
     The figures are those `flowsim validate`, `flowsim validate-nccl`, `flowsim validate-trace` and
     `flowsim simai run` print for the same inputs. Needs matplotlib (the `plot` extra).
     """
+    from flowsim.validation.report import NCCL_DATASETS, TRACES, run_report, write_report
+
     if quick:
         result = run_report(data_dir, run_ids=QUICK_RUN_IDS, nccl=NCCL_DATASETS[:1], traces=(QUICK_TRACE,),
                             simai=False)

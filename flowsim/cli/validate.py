@@ -1,11 +1,15 @@
 """``flowsim validate``: predicted against measured step times of the runs in a runs-schema-v1 CSV."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.errors import ConfigError
-from flowsim.validation.runs import ValidationReport, validate_runs
+
+if TYPE_CHECKING:
+    from flowsim.validation.runs import ValidationReport
 
 _MODEL_WIDTH = 28  # characters of the model name shown in the table
 
@@ -97,6 +101,8 @@ def validate(runs_csv, as_json, only_ids, report_dir):
     Exit codes: 0 when the file was read (even if rows were skipped); 2 for an unreadable file, a missing
     column or a bad option.
     """
+    from flowsim.validation.runs import validate_runs
+
     report = validate_runs(runs_csv, only_ids=_parse_ids(only_ids))
     if as_json:
         echo_json(report.to_dict())
