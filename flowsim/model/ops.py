@@ -104,30 +104,41 @@ def batched_gemm(name, batch, m, n, k, phase):
     return row
 
 
-def unfused_attention(bh, s, d, dropout, phase):
-    """Megatron-LM's core attention without FlashAttention, for ``bh`` (batch x local heads) heads.
+# Scale, causal mask and softmax as PyTorch's separate kernels (Megatron-LM's FusedScaleMaskSoftmax falls back to
+# them without its fused kernel), bytes per score element: forward ``mul`` (read 2, write 2), ``masked_fill``
+# (read 2 and the 1-byte boolean mask, write 2), ``_softmax`` (read 2, write 2) = 13; backward
+# ``_softmax_backward_data`` (read probabilities and gradient, write 2) 6, the mask's ``where`` 5, ``mul`` 4 = 15.
+EAGER_SOFTMAX_BYTES = (4 + 5 + 4, 6 + 5 + 4)
 
-    Forward: scores = Q K^T (batched GEMM, the full square), fused scale-mask-softmax (read and write the
-    2-byte scores), optional dropout (read, write, 1-byte mask), context = P V. Backward: the two GEMMs'
-    input gradients (four batched GEMMs), dropout and softmax backward (read probabilities and gradient,
-    write gradient).
+
+def unfused_attention(bh, s, d, dropout, phase, fused_softmax=True):
+    """Core attention without FlashAttention (Megatron-LM's ``CoreAttention``: ``torch.baddbmm``, softmax,
+    dropout, ``torch.bmm``), for ``bh`` (batch x local heads) heads of ``s`` tokens and head dim ``d``.
+
+    Forward: scores = Q K^T (batched GEMM over the full ``s x s`` square: causal masking does not skip work),
+    scale-mask-softmax, optional attention dropout (``dropout``: read and write the 2-byte probabilities and
+    write a 1-byte mask), context = P V. Backward: the two GEMMs' input gradients (four batched GEMMs), the
+    dropout's and the softmax's backward. ``fused_softmax``: Megatron's ``FusedScaleMaskSoftmax`` kernel (read
+    and write the scores once; backward reads the probabilities and their gradient and writes the gradient);
+    otherwise PyTorch's separate ops (:data:`EAGER_SOFTMAX_BYTES`).
     """
     sq = float(bh) * s * s  # score elements
-    drop_fwd = sq * (2 * ACT_BYTES + 1) if dropout else 0.0
+    soft_fwd, soft_bwd = (2 * ACT_BYTES, 3 * ACT_BYTES) if fused_softmax else EAGER_SOFTMAX_BYTES
+    drop = sq * (2 * ACT_BYTES + 1)  # forward: read, write, 1-byte mask; backward: read gradient and mask, write
     if phase == "bwd":
         rows = [batched_gemm("attn_scores.dgrad_q", bh, s, d, s, phase),
                 batched_gemm("attn_scores.dgrad_k", bh, s, d, s, phase),
                 batched_gemm("attn_context.dgrad_p", bh, s, s, d, phase),
                 batched_gemm("attn_context.dgrad_v", bh, s, d, s, phase),
-                memory("softmax.bwd", sq * 3 * ACT_BYTES, phase)]
+                memory("softmax.bwd", sq * soft_bwd, phase)]
         if dropout:
-            rows.append(memory("attn_dropout.bwd", sq * (2 * ACT_BYTES + 1), phase))
+            rows.append(memory("attn_dropout.bwd", drop, phase))
         return rows
     rows = [batched_gemm("attn_scores", bh, s, s, d, phase),
-            memory("softmax", sq * 2 * ACT_BYTES, phase),
+            memory("softmax", sq * soft_fwd, phase),
             batched_gemm("attn_context", bh, s, d, s, phase)]
     if dropout:
-        rows.append(memory("attn_dropout", drop_fwd, phase))
+        rows.append(memory("attn_dropout", drop, phase))
     return rows
 
 

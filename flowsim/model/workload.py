@@ -153,12 +153,14 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
     # Context parallelism: this GPU's s/cp queries attend to all s keys (ring attention, KV chunks
     # exchanged between CP ranks); causal masking with Megatron's load balancing keeps half of the work.
+    # FlashAttention applies attention dropout inside its kernels and regenerates the mask from the saved RNG
+    # state in backward (Dao et al. 2022, arXiv 2205.14135, Algorithm 2): no kernel or bytes of its own.
     for ph in passes(rc("core_attn")):
         if t.use_flash_attn:
             rows.append(attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
                                   True, ph))
         else:
-            rows.extend(unfused_attention(b * heads, s, d, m.hidden_dropout > 0, ph))
+            rows.extend(unfused_attention(b * heads, s, d, m.attention_dropout > 0, ph, fusion == "fused"))
     v_dim = m.v_head_dim if m.multi_latent_attention else d
     linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     bias("attn_out", h)
