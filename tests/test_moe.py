@@ -7,8 +7,9 @@ from flowsim.errors import ConfigError
 from flowsim.model.moe import expert_tokens
 from flowsim.model.workload import build_workload
 
-# Mixtral 8x7B: 8 experts, top-2, h 4096, expert width 14336; 8 GPUs in EP 8, seq 4096, one sequence each
-MIX = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8, mbs=1)
+# Mixtral 8x7B: 8 experts, top-2, h 4096, expert width 14336; 8 GPUs in EP 8, seq 4096, one sequence each;
+# perfectly even routing (imbalance factor 1)
+MIX = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8, mbs=1, moe_imbalance_factor=1.0)
 TOK, H, E, K = 4096, 4096, 8, 2
 
 
@@ -60,7 +61,7 @@ def test_allgather_dispatcher_gathers_the_group_tokens():
 
 def test_allgather_dispatcher_with_expert_tensor_parallelism():
     cfg = build_config(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=8, etp=2, gbs=16,
-                       moe_token_dispatcher_type="allgather")
+                       moe_token_dispatcher_type="allgather", moe_imbalance_factor=1.0)
     # the group is etp x ep = 16 ranks; each expert runs on the tokens of all 16 with half its width
     assert _comms(cfg)[0] == ("tpep", "allgather", 16 * TOK * H * 2)
     assert _gemm_m(cfg) == TOK * K // E * 16
@@ -71,12 +72,16 @@ def test_allgather_dispatcher_with_expert_tensor_parallelism():
 @pytest.mark.parametrize("kw, message", [
     (dict(moe_expert_capacity_factor=-1), "moe_expert_capacity_factor: must be a "),
     (dict(moe_pad_expert_input_to_capacity=True), "moe_pad_expert_input_to_capacity: needs moe_expert_capacity"),
-    (dict(moe_token_dispatcher_type="flex"), "moe_token_dispatcher_type: must be one of alltoall, allgather"),
+    (dict(moe_token_dispatcher_type="deepep"), "moe_token_dispatcher_type: must be one of alltoall, allgather, flex"),
+    (dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="nccl"),
+     "moe_flex_dispatcher_backend: must be one of deepep, hybridep"),
+    (dict(moe_imbalance_factor=0.5), "moe_imbalance_factor: must be 0 (modelled) or a finite number >= 1"),
+    (dict(moe_imbalance_factor="high"), "moe_imbalance_factor: must be a"),
 ])
 def test_moe_rules(kw, message):
     with pytest.raises(ConfigError) as e:
-        build_config(**MIX, **kw)
-    assert str(e.value).startswith(message)
+        build_config(**{**MIX, **kw})
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
 def test_ep_overlap_pairs_each_forward_with_the_previous_backward():
@@ -119,7 +124,7 @@ def _expert_flops(cfg):
 @pytest.mark.parametrize("etp", [2, 4])
 def test_expert_tensor_parallelism_keeps_expert_flops(etp):
     # 16 GPUs, EP 4: with ETP k each expert runs on the tokens of k times as many ranks at 1/k of its width
-    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=4, tp=4, sp=True, gbs=16)
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=4, tp=4, sp=True, gbs=16, moe_imbalance_factor=1.0)
     one, split = build_config(**kw), build_config(**kw, etp=etp)
     assert _expert_flops(split) == _expert_flops(one)
     tok = TOK // 4  # the sequence shard of one TP rank routes its tokens

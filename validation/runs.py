@@ -50,7 +50,9 @@ import numpy as np
 import pandas as pd
 
 from flowsim.config import build_config, list_presets, load_preset
+from flowsim.config.layout import LEGACY_EXPERT_RELEASES
 from flowsim.errors import ConfigError
+from flowsim.io_text import open_text
 
 NUMERIC_COLUMNS = (
     "id", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -260,7 +262,7 @@ def read_runs(path: str | Path) -> tuple[pd.DataFrame, list[SkippedRun]]:
         When the file cannot be read, is empty, or lacks one of the :data:`REQUIRED_COLUMNS`.
     """
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open_text(path, "runs") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header is None:
@@ -513,6 +515,8 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
     }
     training.update(_v2_settings(row, assumptions))
     training.update(_software_facts(row, model["num_layers"], training, assumptions))
+    if model.get("num_moe_experts"):
+        training.update(_expert_layout(row, assumptions))
     return {"model": model, "cluster": cluster, "training": training}, tuple(assumptions)
 
 
@@ -548,6 +552,43 @@ def _moe_fields(row: Mapping, assumptions: list) -> dict:
         out.update(multi_latent_attention=True, q_lora_rank=q, kv_lora_rank=kv, qk_head_dim=qk,
                    qk_pos_emb_head_dim=rope, v_head_dim=v)
         assumptions.append("attention: MLA (ranks from the notes)")
+    return out
+
+
+def _expert_layout(row: Mapping, assumptions: list) -> dict:
+    """Expert tensor parallelism and token dispatcher of a MoE row from the v2 columns ``etp`` and
+    ``moe_token_dispatcher`` (empty: ETP 1 and Megatron-LM's default ``alltoall``), each stated in the row's
+    assumptions whether read or assumed."""
+    etp = row.get("etp", math.nan)
+    out = {}
+    if _known(etp) and etp != "":
+        out["expert_tensor_parallel_size"] = _int_or_value(etp)
+        assumptions.append(f"etp: {out['expert_tensor_parallel_size']} (from the CSV)")
+    else:
+        out["expert_tensor_parallel_size"] = 1
+        assumptions.append("etp: empty, assumed 1")
+    dispatcher = row.get("moe_token_dispatcher", "") or ""
+    if dispatcher in ("alltoall", "allgather"):
+        out["moe_token_dispatcher_type"] = dispatcher
+        assumptions.append(f"moe_token_dispatcher: {dispatcher} (from the CSV)")
+    elif dispatcher == "deepep":
+        out.update(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+        assumptions.append("moe_token_dispatcher: flex with DeepEP (from the CSV)")
+    elif dispatcher == "flex":
+        # the runs README: "flex (Megatron flex dispatcher, e.g. HybridEP backend)"
+        out.update(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")
+        assumptions.append("moe_token_dispatcher: flex (from the CSV), backend assumed HybridEP")
+    elif dispatcher:
+        out["moe_token_dispatcher_type"] = dispatcher  # build_config names the allowed values
+    else:
+        out["moe_token_dispatcher_type"] = "alltoall"
+        assumptions.append("moe_token_dispatcher: empty, assumed alltoall (Megatron-LM's default)")
+    release = row.get("framework_version", "") or ""
+    legacy = release in LEGACY_EXPERT_RELEASES
+    out["expert_rank_order"] = "tp-cp-ep-dp-pp" if legacy else "tp-ep-dp-pp"
+    assumptions.append(f"expert placement: {out['expert_rank_order']} (" + (
+        f"{release} runs {LEGACY_EXPERT_RELEASES[release]}" if legacy else
+        f"{release or 'no release stated'}: Megatron-core >= 0.10 order") + ")")
     return out
 
 

@@ -14,12 +14,76 @@ PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 """Pipeline schedules flowsim simulates (:mod:`flowsim.step.schedule`), in the order of its integer ids."""
 
 
+EXPERT_RANK_ORDERS = ("tp-ep-dp-pp", "tp-cp-ep-dp-pp")
+"""Megatron-core's rank orders for expert layers, newest first.
+
+* ``tp-ep-dp-pp`` (Megatron-core >= 0.10, "MoE parallel folding"): NVIDIA/Megatron-LM core_r0.10.0
+  megatron/core/parallel_state.py ``initialize_model_parallel`` builds ``expert_decoder_rank_generator =
+  RankGenerator(tp=expert_tensor_parallel_size, ep=expert_model_parallel_size, dp=expert_data_parallel_size,
+  pp=pipeline_model_parallel_size, cp=1)``: an EP group is ``ep`` ranks ``etp`` apart, so with ETP 1 it is
+  ``ep`` consecutive GPUs whatever the attention layout.
+* ``tp-cp-ep-dp-pp`` (Megatron-core <= 0.9): core_r0.9.0 megatron/core/parallel_state.py builds one
+  ``RankGenerator(tp, ep, dp, pp, cp, order="tp-cp-ep-dp-pp")`` and takes the expert groups out of the
+  data-parallel dimension (``get_ranks('ep', independent_ep=True)``): experts are split by the attention's
+  TP group, an EP group is ``ep`` ranks ``tp * cp`` apart (EP 8 with TP 4 spans 32 GPUs, four 8-GPU nodes)
+  and ``data_parallel_size`` must be a multiple of ``ep``.
+"""
+
+LEGACY_EXPERT_RELEASES = {
+    # framework_version (flowsim.model.profiles) -> Megatron-core release it runs, all before core_r0.10.0
+    "megatron-lm-2021-04": "before Megatron-core",
+    "megatron-lm-core_r0.8": "core_r0.8",
+    "mlperf-v3.1-nemo": "NeMo of 2023 (Megatron-core < 0.5)",
+    "nemo-24.03.01": "NeMo 24.03 (Megatron-core 0.5-0.6)",
+    "nemo-24.07": "NeMo 24.07 (Megatron-core 0.8)",
+}
+"""Framework releases that place experts in the ``tp-cp-ep-dp-pp`` order; every other release (NeMo 25.x and
+Megatron-Bridge, built on Megatron-core >= 0.10) and no release at all get ``tp-ep-dp-pp``."""
+
+
+def expert_rank_order(training) -> str:
+    """The expert rank order of a training config: ``expert_rank_order`` when set, else the one its
+    ``framework_version`` runs (:data:`LEGACY_EXPERT_RELEASES`), else Megatron-core's current ``tp-ep-dp-pp``."""
+    if training.expert_rank_order:
+        return training.expert_rank_order
+    return "tp-cp-ep-dp-pp" if training.framework_version in LEGACY_EXPERT_RELEASES else "tp-ep-dp-pp"
+
+
+def check_expert_layout(training) -> None:
+    """Raise ConfigError when the expert layout breaks the rules of its rank order (:data:`EXPERT_RANK_ORDERS`).
+
+    ``tp-ep-dp-pp``: ``ep * etp`` divides the ``tp * cp * dp`` ranks of a stage. ``tp-cp-ep-dp-pp``: ETP is the
+    TP size (experts are split by the attention's TP group), ``ep`` divides ``dp``, and without context
+    parallelism (its expert groups with CP are not evenly strided, which flowsim does not model).
+    """
+    t = training
+    order, etp = expert_rank_order(t), t.expert_tensor_parallel_size
+    if order not in EXPERT_RANK_ORDERS:
+        raise ConfigError("expert_rank_order", f"must be one of {', '.join(EXPERT_RANK_ORDERS)}", order)
+    if order == "tp-ep-dp-pp":
+        if (t.tp * t.cp * t.dp) % (t.ep * etp):
+            raise ConfigError("expert_model_parallel_size", "expert_model_parallel_size * "
+                              "expert_tensor_parallel_size must divide tp * cp * dp",
+                              f"{t.ep}*{etp} and {t.tp}*{t.cp}*{t.dp}")
+        return
+    if etp != t.tp:
+        raise ConfigError("expert_tensor_parallel_size", "must equal tensor_model_parallel_size with expert rank "
+                          "order tp-cp-ep-dp-pp (Megatron-core <= 0.9 splits experts by the TP group)",
+                          f"{etp} and tp {t.tp}")
+    if t.dp % t.ep:
+        raise ConfigError("expert_model_parallel_size", "must divide data_parallel_size with expert rank order "
+                          "tp-cp-ep-dp-pp (Megatron-core <= 0.9 takes EP out of DP)", f"{t.ep} and dp {t.dp}")
+    if t.ep > 1 and t.cp > 1:
+        raise ConfigError("context_parallel_size", "with expert parallelism in expert rank order tp-cp-ep-dp-pp "
+                          "is not modelled (its expert groups are not evenly strided)", t.cp)
+
+
 def group_spans(training) -> dict[str, tuple[int, int]]:
     """(ranks, stride between consecutive members' global ranks) of each communicator kind.
 
     Megatron-LM's rank order (``tp`` fastest, then ``cp``, ``dp``, ``pp``; a pipeline stage holds
-    ``tp * cp * dp`` consecutive ranks). Expert layers follow Megatron-LM's expert rank generator (order
-    ``tp-ep-dp-pp`` with the expert tensor-parallel size as ``tp``).
+    ``tp * cp * dp`` consecutive ranks). Expert layers follow the release's expert rank order
+    (:func:`expert_rank_order`, :data:`EXPERT_RANK_ORDERS`).
 
     Parameters
     ----------
@@ -32,22 +96,32 @@ def group_spans(training) -> dict[str, tuple[int, int]]:
         ``tp``, ``cp``, ``dp`` (the gradient-reduction group: data- and context-parallel ranks), ``dps`` and
         ``dpr`` (hybrid sharding: shard groups of ``dp_shard`` consecutive DP ranks, replicas across them),
         ``pp`` (a pair of neighbouring stages), ``etp``, ``ep``, ``edp`` (expert data parallel) and ``tpep``
-        (the all-gather token dispatcher's group, Megatron-LM ``tp_ep_group``).
+        (the all-gather token dispatcher's group, Megatron-LM ``tp_ep_group``); with the flex dispatcher's
+        ``moe_flex_nvlink_ranks`` set, ``epn`` (the members of an EP group inside one NVLink stage) and ``epx``
+        (one member per stage, at the same place in each: the rail of its network stage).
     """
     t = training
     etp, ep = t.expert_tensor_parallel_size, t.ep
-    return {
+    stage = t.tp * t.cp * t.dp
+    if expert_rank_order(t) == "tp-ep-dp-pp":
+        experts = {"etp": (etp, 1), "ep": (ep, etp), "edp": (stage // (ep * etp), ep * etp), "tpep": (etp * ep, 1)}
+    else:  # EP out of DP, experts split by TP; check_expert_layout keeps cp 1 when ep > 1
+        experts = {"etp": (t.tp, 1), "ep": (ep, t.tp * t.cp), "edp": (t.dp // ep, t.tp * t.cp * ep),
+                   "tpep": (t.tp * ep, 1)}
+    spans = {
         "tp": (t.tp, 1),
         "cp": (t.cp, t.tp),
         "dp": (t.dp * t.cp, t.tp),
         "dps": (t.dp_shard, t.tp),
         "dpr": (t.dp * t.cp // t.dp_shard, t.tp * t.dp_shard),
-        "pp": (2, t.tp * t.cp * t.dp),
-        "etp": (etp, 1),
-        "ep": (ep, etp),
-        "edp": (t.tp * t.cp * t.dp // (ep * etp), ep * etp),
-        "tpep": (etp * ep, 1),
+        "pp": (2, stage),
+        **experts,
     }
+    if t.moe_flex_nvlink_ranks:
+        stride = spans["ep"][1]
+        inside = min(ep, max(t.moe_flex_nvlink_ranks // stride, 1))  # EP members per NVLink stage
+        spans.update(epn=(inside, stride), epx=(max(ep // inside, 1), stride * inside))
+    return spans
 
 
 def chunks_per_stage(schedule: str, vpp: int) -> int:

@@ -22,9 +22,13 @@ tensor-parallel size as ``tp``): an expert-parallel group is ``ep`` consecutive 
 """
 from __future__ import annotations
 
+import functools
 import math
 
+import numpy as np
+
 from flowsim.config import SimConfig
+from flowsim.config.layout import group_spans
 from flowsim.model.fusion import ACT_BYTES, activation_step
 from flowsim.model.ops import comm, elementwise, gemm, linear, memory
 
@@ -45,23 +49,132 @@ def dispatch_group_size(cfg: SimConfig) -> int:
     return t.ep * t.expert_tensor_parallel_size
 
 
+@functools.lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    """Expected largest of ``n`` independent standard normal draws (0 for one draw; 0.5642 for two, 1/sqrt(pi)).
+
+    ``E[max] = integral of x n phi(x) Phi(x)^(n-1) dx``, by the trapezoidal rule on [-12, 12] (step 1e-3).
+    """
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 24001)
+    cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
+
+
+def routing_imbalance(n_tokens: float, experts: int, topk: int, ep: int) -> float:
+    """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean when ``n_tokens`` tokens each
+    pick ``topk`` distinct experts of ``experts`` (``experts / ep`` on each rank) with equal probability.
+
+    A rank's load has mean ``mu = n topk / ep`` and variance ``n topk (1/ep) (1 - 1/ep) (E - topk) / (E - 1)``
+    (each token's picks are drawn without replacement: hypergeometric); the busiest of the ``ep`` ranks
+    carries ``mu + sigma * E[max of ep normals]`` (:func:`expected_max_normal`). 1 with one rank or with
+    ``topk = experts`` (every token reaches every expert: perfectly uniform), larger with fewer tokens.
+    """
+    if ep <= 1 or topk >= experts or n_tokens <= 0:
+        return 1.0
+    mu = n_tokens * topk / ep
+    var = n_tokens * topk * (1.0 / ep) * (1.0 - 1.0 / ep) * (experts - topk) / (experts - 1)
+    return 1.0 + expected_max_normal(ep) * math.sqrt(var) / mu
+
+
+def imbalance_factor(cfg: SimConfig, tokens: int) -> float:
+    """Tokens of the busiest expert-parallel rank over the mean, for one micro-batch of ``tokens`` per GPU.
+
+    ``moe_imbalance_factor`` when the user gives it (>= 1). Otherwise the sampling spread of a router that
+    balances the experts' expected loads (:func:`routing_imbalance`) over the tokens the dispatch group
+    routes together (each GPU's share times ``ep * etp``). A router's systematic skew (aux-loss balancing
+    leaves more than DeepSeek-V3's aux-loss-free bias) is not in the model: give it as ``moe_imbalance_factor``.
+    """
+    m, t = cfg.model, cfg.training
+    if m.moe_imbalance_factor:
+        return float(m.moe_imbalance_factor)
+    n = _ep_tokens(cfg, tokens) * dispatch_group_size(cfg)
+    return routing_imbalance(n, m.num_moe_experts, m.moe_router_topk, t.ep)
+
+
 def expert_tokens(cfg: SimConfig, tokens: int) -> tuple[float, int]:
     """(token, expert) pairs one GPU routes out of ``tokens`` (its share of the micro-batch), and the tokens
-    each of its local experts processes, under balanced routing and the capacity rule.
+    each local expert of the busiest rank processes, under the routing imbalance and the capacity rule.
 
-    Balanced routing sends each expert ``tokens * topk / E`` of a rank's tokens. With a capacity factor
-    ``c`` an expert takes at most ``ceil(tokens * topk / E * c)`` of them (Megatron-LM
-    ``moe_utils.get_capacity`` on ``num_tokens * topk``), exactly that many when padded to capacity. An
-    expert receives from every rank of the dispatch group (:func:`dispatch_group_size`).
+    Balanced routing sends each expert ``tokens * topk / E`` of a rank's tokens; the busiest rank's experts get
+    :func:`imbalance_factor` times that. With a capacity factor ``c`` an expert takes at most
+    ``ceil(tokens * topk / E * c)`` of them (Megatron-LM ``moe_utils.get_capacity`` on ``num_tokens * topk``),
+    exactly that many when padded to capacity (the imbalance then changes nothing). An expert receives from
+    every rank of the dispatch group (:func:`dispatch_group_size`).
     """
     m = cfg.model
     tok = _ep_tokens(cfg, tokens)
     load = tok * m.moe_router_topk / m.num_moe_experts
+    busiest = load * imbalance_factor(cfg, tokens)
     cf = m.moe_expert_capacity_factor
     if cf:
         cap = math.ceil(load * cf)
-        load = float(cap) if m.moe_pad_expert_input_to_capacity else min(load, cap)
-    return load * m.num_moe_experts, max(int(load * dispatch_group_size(cfg)), 1)
+        load, busiest = (float(cap),) * 2 if m.moe_pad_expert_input_to_capacity else (min(load, cap), min(busiest, cap))
+    return load * m.num_moe_experts, max(int(busiest * dispatch_group_size(cfg)), 1)
+
+
+def _distinct(experts: int, k: int, groups: int) -> float:
+    """Expected number of the ``groups`` equal expert groups that ``k`` distinct experts, drawn evenly out of
+    ``experts``, fall into: ``groups * (1 - C(experts - experts / groups, k) / C(experts, k))``."""
+    return groups * (1.0 - math.comb(experts - experts // groups, k) / math.comb(experts, k))
+
+
+def flex_stage_bytes(cfg: SimConfig, tokens: int) -> tuple[float, float, int]:
+    """(NVLink-stage bytes, network-stage bytes, NVLink stages an EP group spans) of the flex dispatcher: what
+    one GPU sends to dispatch its tokens (nccl-tests all-to-all convention: all bytes one rank sends, the share
+    that stays on itself included), the busiest rank's :func:`imbalance_factor` applied.
+
+    DeepEP's design (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.2; deepseek-ai/DeepEP "normal kernels"),
+    which HybridEP shares: a token goes once over the network to each scale-up domain holding one of its
+    ``k`` experts, to the GPU at its own place there (the rail), and is then forwarded over NVLink once to
+    each GPU of that domain holding one of its experts. With ``E`` experts evenly on ``ep`` GPUs in ``n``
+    domains a token reaches on average ``_distinct(E, k, n)`` domains and ``_distinct(E, k, ep)`` GPUs
+    (:func:`_distinct`), instead of the all-to-all's ``k`` copies. Hidden states move in 16-bit.
+    """
+    m, t = cfg.model, cfg.training
+    e, k, h = m.num_moe_experts, m.moe_router_topk, m.hidden_size
+    vectors = _ep_tokens(cfg, tokens) * imbalance_factor(cfg, tokens) * h * ACT_BYTES
+    domains = group_spans(t)["epx"][0]  # NVLink stages (``moe_flex_nvlink_ranks`` GPUs each) an EP group spans
+    rdma = vectors * _distinct(e, k, domains) if domains > 1 else 0.0
+    return vectors * _distinct(e, k, t.ep), rdma, domains
+
+
+def _dispatch_comms(cfg: SimConfig, tokens: int, routed: float, received: float) -> list:
+    """(group, op, size) of the collectives of one pass of the token dispatcher, dispatch then combine:
+    ``routed`` (token, expert) pairs sent by this GPU, ``received`` tokens its local experts take (the
+    busiest rank's). The backward pass runs the same collectives the other way.
+
+    ``alltoall``: an all-to-all over ``ep`` each way, sized by the larger of what a rank sends and what the
+    busiest rank receives; with ETP the received tokens are all-gathered over ``etp`` and the outputs
+    reduce-scattered back. ``allgather``: all-gather and reduce-scatter over ``tpep``. ``flex``: the two stages
+    of :func:`flex_stage_bytes`, the network one over ``epx`` (one GPU per domain) and the NVLink one over
+    ``epn`` (the EP ranks of one domain; ``ep`` when the group fits in one domain).
+    """
+    m, t = cfg.model, cfg.training
+    h, kind = m.hidden_size, t.moe_token_dispatcher_type
+    ep, etp = t.ep, t.expert_tensor_parallel_size
+    if kind == "allgather":
+        group = dispatch_group_size(cfg)
+        size = group * _ep_tokens(cfg, tokens) * h * ACT_BYTES  # the gathered [tokens of the group, h] tensor
+        return [("tpep", "allgather", size), ("tpep", "reducescatter", size)] if group > 1 else []
+    if kind == "flex":
+        if ep == 1:
+            return []
+        nvl, rdma, domains = flex_stage_bytes(cfg, tokens)
+        if domains == 1:
+            return [("ep", "alltoall", nvl), ("ep", "alltoall", nvl)]
+        return [("epx", "alltoall", rdma), ("epn", "alltoall", nvl), ("epn", "alltoall", nvl),
+                ("epx", "alltoall", rdma)]
+    out = []
+    if ep > 1:
+        a2a = max(routed, received / etp) * h * ACT_BYTES  # nccl-tests size: all bytes one rank sends
+        out += [("ep", "alltoall", a2a), ("ep", "alltoall", a2a)]  # dispatch, combine
+    if etp > 1:
+        size = received * h * ACT_BYTES  # the gathered [tokens of the ETP group, h] tensor
+        out += [("etp", "allgather", size), ("etp", "reducescatter", size)]
+    return out
 
 
 def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, recomputes) -> None:
@@ -88,7 +201,8 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     (``MoEAllGatherTokenDispatcher``): an all-gather of the hidden states over the dispatch group before the
     experts and a reduce-scatter of their outputs after (swapped in backward); the GPU permutes only the
     gathered tokens routed to its own experts. The routing map and probabilities gathered beside the hidden
-    states (``tokens x E`` entries) are left out.
+    states (``tokens x E`` entries) are left out. ``flex`` (DeepEP / HybridEP): the deduplicated two-stage
+    exchange of :func:`flex_stage_bytes`. The collectives are listed by :func:`_dispatch_comms`.
     """
     m, t = cfg.model, cfg.training
     h, e = m.hidden_size, m.num_moe_experts
@@ -101,29 +215,16 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     full = recomputes("moe")
     phases = ("fwd", "bwd") + (("recompute",) if full else ())
     gather = t.moe_token_dispatcher_type == "allgather"
-    group = dispatch_group_size(cfg)
     moved = local * per_expert if gather else routed  # hidden vectors this GPU permutes and unpermutes
 
     linear(rows, "router", tok, e, h, "bf16", full)
+    dispatch = _dispatch_comms(cfg, tokens, routed, local * per_expert)
     for ph in phases:
         rows.append(memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))
         # permute before dispatch and unpermute after combine: read and write every routed hidden vector
         rows.append(memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
         rows.append(memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
-        if gather and group > 1:
-            size = group * tok * h * ACT_BYTES  # the gathered [tokens of the group, h] tensor
-            comms.append(comm("tpep", "allgather", size, ph))      # dispatch (forward) / combine gradient
-            comms.append(comm("tpep", "reducescatter", size, ph))  # combine (forward) / dispatch gradient
-        elif not gather:
-            a2a = routed * h * ACT_BYTES  # nccl-tests size: all bytes one rank sends (itself included)
-            if ep > 1:
-                comms.append(comm("ep", "alltoall", a2a, ph))  # dispatch (forward) / combine gradient
-                comms.append(comm("ep", "alltoall", a2a, ph))  # combine (forward) / dispatch gradient
-            if etp > 1:
-                # the received tokens gathered over ETP before the experts, their outputs reduce-scattered back
-                size = local * per_expert * h * ACT_BYTES  # the gathered [tokens of the ETP group, h] tensor
-                comms.append(comm("etp", "allgather", size, ph))
-                comms.append(comm("etp", "reducescatter", size, ph))
+        comms.extend(comm(group, op, size, ph) for group, op, size in dispatch)
 
     def grouped(name, mm, nn, kk, phase):
         row = gemm(name, mm, nn, kk, dt, phase)

@@ -25,7 +25,7 @@ from flowsim.step.pricer import CollectivePricer
 # (``num_sm=16`` default of ``add_ub`` in transformer_engine/pytorch/module/base.py ``initialize_ub``).
 TP_OVERLAP_SMS = 16
 PHASES = ("fwd", "bwd", "recompute")
-EXPERT_GROUPS = ("ep", "etp", "tpep")
+EXPERT_GROUPS = ("ep", "etp", "tpep", "epn", "epx")
 
 
 def ops_frame(wl) -> tuple[pd.DataFrame, dict]:

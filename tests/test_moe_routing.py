@@ -1,0 +1,148 @@
+"""MoE routing imbalance, the flex (DeepEP / HybridEP) dispatcher's two stages, expert placement by release."""
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import flowsim
+from flowsim.config import build_config
+from flowsim.config.layout import group_spans
+from flowsim.model.moe import expected_max_normal, flex_stage_bytes, imbalance_factor, routing_imbalance
+from flowsim.model.workload import build_workload
+
+
+def test_expected_max_normal_known_values():
+    assert expected_max_normal(1) == 0.0
+    assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    assert expected_max_normal(3) == pytest.approx(1.5 / math.sqrt(math.pi), abs=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 10**7), e_pow=st.integers(1, 8), k=st.integers(1, 16), ep_pow=st.integers(0, 8),
+       more=st.integers(2, 100))
+def test_imbalance_is_one_when_uniform_and_grows_with_fewer_tokens(n, e_pow, k, ep_pow, more):
+    experts, ep = 2 ** e_pow, 2 ** min(ep_pow, e_pow)
+    k = min(k, experts)
+    f = routing_imbalance(n, experts, k, ep)
+    assert f >= 1.0
+    assert routing_imbalance(n, experts, experts, ep) == 1.0  # every token to every expert: perfectly uniform
+    assert routing_imbalance(n, experts, k, 1) == 1.0  # one rank holds every expert
+    fewer = routing_imbalance(n / more, experts, k, ep)
+    assert fewer >= f and (fewer > f or f == 1.0)
+    assert routing_imbalance(1e15, experts, k, ep) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_imbalance_known_answer_and_user_factor():
+    # DeepSeek-V3 layer on 64 ranks: 4,096 tokens per rank, top-8 of 256 experts
+    n, e, k, ep = 4096 * 64, 256, 8, 64
+    mu = n * k / ep
+    sigma = math.sqrt(n * k / ep * (1 - 1 / ep) * (e - k) / (e - 1))
+    assert routing_imbalance(n, e, k, ep) == pytest.approx(1 + expected_max_normal(ep) * sigma / mu)
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8)
+    assert imbalance_factor(build_config(**kw), 4096) == routing_imbalance(4096 * 8, 8, 2, 8) > 1.0
+    assert imbalance_factor(build_config(**kw, moe_imbalance_factor=1.3), 4096) == 1.3
+
+
+def _fc1_m(cfg):
+    c = build_workload(cfg).moe_layer.compute
+    return int(c[(c["name"] == "expert_fc1") & (c["phase"] == "fwd")]["m"].iloc[0])
+
+
+def test_busiest_rank_sets_expert_work_and_capacity_bounds_it():
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8)
+    even = _fc1_m(build_config(**kw, moe_imbalance_factor=1.0))
+    assert _fc1_m(build_config(**kw, moe_imbalance_factor=1.5)) == int(1.5 * even)
+    # capacity factor 1.2 drops what the busiest rank's experts get beyond ceil(1.2 x the mean) from each rank
+    cap = math.ceil(4096 * 2 / 8 * 1.2) * 8
+    assert _fc1_m(build_config(**kw, moe_imbalance_factor=1.5, moe_expert_capacity_factor=1.2)) == cap
+    padded = build_config(**kw, moe_imbalance_factor=1.5, moe_expert_capacity_factor=1.2,
+                          moe_pad_expert_input_to_capacity=True)
+    assert _fc1_m(padded) == cap
+    slow = flowsim.simulate(build_config(**kw, moe_imbalance_factor=1.5)).step_time_s
+    assert slow > flowsim.simulate(build_config(**kw, moe_imbalance_factor=1.0)).step_time_s
+
+
+def _brute_distinct(experts, k, groups):
+    """Mean number of groups hit over every k-subset of the experts (groups of experts / groups consecutive)."""
+    from itertools import combinations
+
+    size = experts // groups
+    hits = [len({x // size for x in c}) for c in combinations(range(experts), k)]
+    return sum(hits) / len(hits)
+
+
+@pytest.mark.parametrize("experts, k, groups", [(4, 2, 2), (8, 3, 4), (16, 4, 4), (12, 5, 3)])
+def test_distinct_groups_match_enumeration(experts, k, groups):
+    from flowsim.model.moe import _distinct
+
+    assert _distinct(experts, k, groups) == pytest.approx(_brute_distinct(experts, k, groups))
+
+
+V3 = dict(model="deepseek-v3", cluster="dgx-h100", gpus=64, ep=64, gbs=64, mbs=1, seq=4096, pp=1,
+          moe_imbalance_factor=1.0)
+
+
+def test_deepep_two_stages_have_its_design_bytes():
+    # DeepEP over 8 nodes of 8 GPUs: each token crosses the network once per other node holding one of its 8
+    # experts (256 experts, 32 per node), then NVLink once per GPU holding one (4 experts per GPU)
+    cfg = build_config(**V3, moe_token_dispatcher_type="flex")
+    assert group_spans(cfg.training)["epn"] == (8, 1) and group_spans(cfg.training)["epx"] == (8, 8)
+    vec = 4096 * 7168 * 2  # one GPU's tokens, 16-bit hidden states
+    nodes = 8 * (1 - math.comb(256 - 32, 8) / math.comb(256, 8))
+    gpus = 64 * (1 - math.comb(256 - 4, 8) / math.comb(256, 8))
+    nvl, rdma, domains = flex_stage_bytes(cfg, 4096)
+    assert (nvl, rdma, domains) == (pytest.approx(vec * gpus), pytest.approx(vec * nodes), 8)
+    assert 7.0 < gpus < 8.0 and 5.0 < nodes < 6.0  # deduplicated: fewer copies than the 8 of the all-to-all
+    comms = [(c.group, c.op, c.size_bytes) for c in build_workload(cfg).moe_layer.comms if c.phase == "fwd"]
+    assert comms == [("epx", "alltoall", pytest.approx(vec * nodes)), ("epn", "alltoall", pytest.approx(vec * gpus)),
+                     ("epn", "alltoall", pytest.approx(vec * gpus)), ("epx", "alltoall", pytest.approx(vec * nodes))]
+    # DeepEP's NVLink stage stops at 8 GPUs on an NVL72 rack too; with the rack's 64 the group needs no network
+    rack = dict(V3, cluster="gb200-nvl72")
+    assert flex_stage_bytes(build_config(**rack, moe_token_dispatcher_type="flex"), 4096)[1:] == (0.0, 1)
+    assert flex_stage_bytes(build_config(**rack, moe_token_dispatcher_type="flex", moe_flex_nvlink_ranks=8),
+                            4096)[2] == 8
+    a2a, flex = flowsim.simulate(build_config(**V3)), flowsim.simulate(cfg)
+    assert flex.stages[0].ep_comm_s < a2a.stages[0].ep_comm_s
+    assert {x.group for x in flex.collectives} >= {"epn", "epx"}
+
+
+MIX32 = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=32, tp=4, sp=True, ep=8, gbs=32,
+             moe_imbalance_factor=1.0)
+
+
+def _ep_call(result):
+    return next(x for x in result.collectives if x.group == "ep" and x.op == "alltoall")
+
+
+def test_release_places_expert_groups():
+    from flowsim.gpu_specs import get_gpu
+    from flowsim.network.comm_layout import group_layout
+
+    # Megatron-core >= 0.10 (tp-ep-dp-pp, ETP 1): the EP group is 8 consecutive GPUs, one NVLink node;
+    # <= 0.9 (tp-cp-ep-dp-pp: NeMo 24.07) splits experts by TP and puts EP members 4 apart: 4 nodes
+    new = build_config(**MIX32)
+    old = build_config(**MIX32, etp=4, framework="nemo", framework_version="nemo-24.07")
+    assert group_spans(new.training)["ep"] == (8, 1) and group_spans(old.training)["ep"] == (8, 4)
+    gpu = get_gpu("h100-sxm")
+    assert group_layout(new.cluster, gpu, 8, 1).n_nodes == 1
+    assert group_layout(old.cluster, gpu, 8, 4).n_nodes == 4
+    a, b = _ep_call(flowsim.simulate(new)), _ep_call(flowsim.simulate(old))
+    assert a.size_bytes == b.size_bytes  # the same tokens move ...
+    assert b.time_s > 3 * a.time_s  # ... over the network instead of NVLink
+    explicit = build_config(**MIX32, etp=4, expert_rank_order="tp-cp-ep-dp-pp")
+    assert group_spans(explicit.training) == group_spans(old.training)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(etp=1, expert_rank_order="tp-cp-ep-dp-pp"), "expert_tensor_parallel_size: must equal tensor_model_par"),
+    (dict(etp=4, expert_rank_order="tp-ep-pp"), "expert_rank_order: must be one of tp-ep-dp-pp, tp-cp-ep-dp-pp"),
+    (dict(etp=4, gbs=64, gpus=64, tp=4, ep=8, cp=2, expert_rank_order="tp-cp-ep-dp-pp"),
+     "context_parallel_size: with expert parallelism in expert rank order tp-cp-ep-dp-pp is not modelled"),
+    (dict(moe_token_dispatcher_type="flex", etp=2), "moe_token_dispatcher_type: flex is modelled with expert_tens"),
+])
+def test_expert_layout_rules(kw, message):
+    from flowsim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        build_config(**{**MIX32, **kw})
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
