@@ -126,3 +126,22 @@ class ClusterConfig:
             raise ConfigError("leaves_per_rail", "must be an integer >= 0 (0 = as few as the radix allows)",
                               self.leaves_per_rail)
         bounds.check_int_max(self, ("leaves_per_rail",), bounds.MAX_GPUS, "at most one leaf per GPU")
+
+
+def job_domain_size(cluster: ClusterConfig) -> int:
+    """GPUs of the job in each scale-up (NVLink) domain it uses.
+
+    A job that does not fill whole domains is spread evenly over the fewest domains that hold it, in whole
+    hosts: 128 GPUs on NVL72 racks (18 trays of 4) run as 2 racks of 64, as schedulers place such jobs.
+    """
+    gpn = cluster.gpus_per_node
+    domain = max(cluster.nvlink_domain, gpn)
+    n = cluster.num_gpus
+    if n <= domain:
+        return n
+    domains = -(-n // domain)
+    per = n // domains
+    if n % domains or per % gpn:
+        raise ConfigError("num_gpus", f"must spread evenly over whole hosts of {domains} NVLink domains of "
+                                      f"{domain} GPUs", n)
+    return per

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from flowsim.config import bounds
-from flowsim.config.cluster import ClusterConfig
+from flowsim.config.cluster import ClusterConfig, job_domain_size
 from flowsim.config.layout import check_expert_layout, check_layout, chunks_per_stage, group_spans
 from flowsim.config.model import ModelConfig
 from flowsim.config.training import TrainingConfig
@@ -62,8 +62,6 @@ class SimConfig:
         seq = t.seq_length or self.model.seq_length
         nvl = t.moe_flex_nvlink_ranks
         if t.moe_token_dispatcher_type == "flex" and not nvl:
-            from flowsim.network.comm_layout import job_domain_size
-
             nvl = job_domain_size(self.cluster)
         return replace(self, training=replace(t, data_parallel_size=dp, global_batch_size=gbs, seq_length=seq,
                                               moe_flex_nvlink_ranks=nvl))

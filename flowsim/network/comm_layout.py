@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from flowsim.config.cluster import ClusterConfig
+from flowsim.config.cluster import ClusterConfig, job_domain_size
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import CommLayout
@@ -43,25 +43,6 @@ def closest_nics(local_gpu: int, gpus_per_node: int, nics_per_node: int) -> rang
     """
     first, count = nic_span(local_gpu, gpus_per_node, nics_per_node)
     return range(first, first + count)
-
-
-def job_domain_size(cluster: ClusterConfig) -> int:
-    """GPUs of the job in each scale-up (NVLink) domain it uses.
-
-    A job that does not fill whole domains is spread evenly over the fewest domains that hold it, in whole
-    hosts: 128 GPUs on NVL72 racks (18 trays of 4) run as 2 racks of 64, as schedulers place such jobs.
-    """
-    gpn = cluster.gpus_per_node
-    domain = max(cluster.nvlink_domain, gpn)
-    n = cluster.num_gpus
-    if n <= domain:
-        return n
-    domains = -(-n // domain)
-    per = n // domains
-    if n % domains or per % gpn:
-        raise ConfigError("num_gpus", f"must spread evenly over whole hosts of {domains} NVLink domains of "
-                                      f"{domain} GPUs", n)
-    return per
 
 
 def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int, *,
@@ -130,6 +111,7 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         pcie_Bps=gpu.pcie_Bps,
         cpu=cluster.cpu,
         nccl_version=nccl_version,
+        mnnvl=any(len({r // gpn for r in ranks}) > 1 for ranks in ranks_by_domain.values()),
     )
 
 
