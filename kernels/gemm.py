@@ -69,8 +69,9 @@ SPLIT_K = np.array([1, 2, 4, 8, 16], dtype=np.int64)
 SPLIT_K_PARTIAL_BYTES = 8.0
 
 
-# Element size of a GEMM output: fp8 GEMMs write bf16 (torch._scaled_mm's usual output); others their input dtype.
-_GEMM_OUT_DTYPE = {"fp8": "bf16"}
+# Element size of a GEMM output: fp8 and block-scaled fp4 GEMMs write bf16 (torch._scaled_mm's usual output, TE's
+# FP8/NVFP4 GEMMs); others their input dtype.
+_GEMM_OUT_DTYPE = {"fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf16"}
 
 
 def gemm_bytes(m, n, k, batch, dtype: str) -> np.ndarray:

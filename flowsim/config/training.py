@@ -20,7 +20,9 @@ MEGATRON_MODULES = {
     "shared_experts": "the shared experts of an MoE layer",
 }
 """Megatron-core ``recompute_modules`` names flowsim models, and what each re-runs (:mod:`flowsim.model.recompute`)."""
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
+LOW_PRECISION_GEMMS = ("fp8", "nvfp4", "mxfp4")
+"""Precisions whose recipe runs the transformer blocks' linear layers in that dtype (the rest stays 16-bit)."""
 SCHEDULES = ("auto",) + PIPELINE_SCHEDULES
 LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather")
@@ -74,7 +76,10 @@ class TrainingConfig:
         ``data_parallel_shard_degree``, Megatron-LM ``--num-distributed-optimizer-instances``). 0 shards over
         all ``dp * cp`` ranks.
     precision : str
-        Compute dtype of the GEMMs: ``bf16``, ``fp16`` or ``fp8`` (fp8 GEMMs, bf16 elsewhere).
+        Compute dtype of the GEMMs: ``bf16``, ``fp16``, ``fp8``, ``nvfp4`` or ``mxfp4``. The low-precision
+        recipes (Transformer Engine FP8; MLPerf-style block-scaled FP4, arXiv 2509.25149) run the linear layers
+        of every transformer block in that dtype with their quantisation kernels; attention, the embedding and
+        the output layer stay 16-bit (:attr:`linear_dtype`).
     pipeline_schedule : str
         ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``
         (zero-bubble H1: weight gradients deferred into the cool-down bubble) or ``dualpipe`` (DeepSeek-V3's
@@ -249,6 +254,12 @@ class TrainingConfig:
         if self.pipeline_schedule != "auto":
             return self.pipeline_schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
+
+    @property
+    def linear_dtype(self) -> str:
+        """Dtype of the transformer blocks' linear-layer GEMMs: the precision for ``fp8``, ``nvfp4``, ``mxfp4``,
+        else ``bf16`` (fp16 GEMMs cost the same)."""
+        return self.precision if self.precision in LOW_PRECISION_GEMMS else "bf16"
 
     @property
     def paired_1f1b(self) -> bool:

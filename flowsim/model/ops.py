@@ -23,6 +23,12 @@ from flowsim.units import DTYPE_BYTES
 # and write 1-byte); the output gradient likewise in backward. Weights are cast once per optimizer step.
 FP8_CAST_BYTES_PER_ELEM = ACT_BYTES + 1
 FP8_TRANSPOSE_BYTES_PER_ELEM = 2
+# Block-scaled FP4 recipe (NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv 2509.25149, sec. 4;
+# TE NVFP4BlockScaling): the input and the output gradient of every FP4 GEMM are quantised (read 2-byte, write the
+# FP4 element with its share of the block scales, flowsim.units.DTYPE_BYTES); the weight-gradient GEMM's operands
+# are quantised again along the other dimension from the 16-bit tensors (random Hadamard transform, stochastic
+# rounding), so they cost the same per element instead of an FP8-style transpose.
+FP4_DTYPES = ("nvfp4", "mxfp4")
 
 
 class CommOp(NamedTuple):
@@ -66,6 +72,13 @@ def linear(rows, name, tokens, n_out, k_in, dtype, recompute):
                            "bwd"))
         if recompute:
             rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "recompute"))
+    elif dtype in FP4_DTYPES:
+        quant = ACT_BYTES + DTYPE_BYTES[dtype]
+        rows.append(memory(f"{name}.quant_in", tokens * k_in * quant, "fwd"))
+        rows.append(memory(f"{name}.quant_grad", tokens * n_out * quant, "bwd"))
+        rows.append(memory(f"{name}.quant_wgrad", (tokens * k_in + tokens * n_out) * quant, "bwd"))
+        if recompute:
+            rows.append(memory(f"{name}.quant_in", tokens * k_in * quant, "recompute"))
 
 
 def memory(name, nbytes, phase, count=1, flops=0.0):

@@ -62,7 +62,8 @@ class Workload:
     stage_expert_params : tuple[float, ...]
         Routed-expert parameters held by one GPU of each stage (sharded over the expert-parallel group).
     gemm_dtype : str
-        Dtype of the GEMMs (``fp8`` runs the linear layers in FP8, everything else in 16-bit).
+        Dtype of the linear-layer GEMMs (``fp8``, ``nvfp4``, ``mxfp4`` run the blocks' linear layers in that
+        dtype, everything else in 16-bit; :attr:`flowsim.config.TrainingConfig.linear_dtype`).
     """
 
     layer: OpSet
@@ -110,7 +111,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     tok_sp = tokens // tp if sp else tokens  # tokens for norms/dropout/residual
     h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
     heads, groups = m.num_attention_heads // tp, max(m.num_query_groups // tp, 1)
-    dt = "fp8" if t.precision == "fp8" else "bf16"
+    dt = t.linear_dtype
     full = recompute.policy(t) in ("full", "every_n")
 
     def rc(module):
@@ -284,7 +285,7 @@ def build_head(cfg: SimConfig) -> OpSet:
     v_local = padded_vocab(cfg) // t.tp
     rows = []
     elementwise(rows, "final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
-    # The output layer runs in 16-bit even in FP8 recipes (TE keeps the first and last layers in BF16).
+    # The output layer runs in 16-bit even in FP8 and FP4 recipes (TE keeps the first and last layers in BF16).
     linear(rows, "lm_head", tokens, v_local, h, "bf16", False)
     elementwise(rows, "cross_entropy", "cross_entropy", t.kernel_fusion, tokens * v_local, False)
     comms = []
@@ -400,7 +401,7 @@ def build_workload(cfg: SimConfig) -> Workload:
         stage_params=stage_params(cfg, layers, moe),
         stage_expert_params=tuple(float(moe[s].sum()) * (expert_params_per_gpu(cfg) if is_moe else 0.0)
                                   for s in range(t.pp)),
-        gemm_dtype="fp8" if t.precision == "fp8" else "bf16",
+        gemm_dtype=t.linear_dtype,
     )
 
 
