@@ -104,7 +104,7 @@ def test_bad_logs(tmp_path, text, message):
 
 
 def test_missing_file_and_bad_op(tmp_path):
-    with pytest.raises(ConfigError, match="log: cannot read the file"):
+    with pytest.raises(ConfigError, match="log: cannot read file"):
         read_nccl_tests(tmp_path / "absent.log")
     with pytest.raises(ConfigError, match="op: must be one of"):
         read_nccl_tests(tmp_path / "absent.log", op="gather")

@@ -179,3 +179,65 @@ def test_truncated_gzip_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError) as e:
         read_text(p, "trace")
     assert str(e.value).startswith("trace: not a complete gzip file")
+
+
+# --- readers ------------------------------------------------------------------------------------------------
+
+def test_runs_csv_with_a_bom_keeps_its_id_column(tmp_path, shared_data):
+    from flowsim.validation.runs import read_runs
+
+    src = (shared_data / "curated" / "training_runs_public.csv").read_bytes()
+    p = tmp_path / "runs.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + src)
+    frame, skipped = read_runs(p)
+    plain, _ = read_runs(shared_data / "curated" / "training_runs_public.csv")
+    assert list(frame["id"]) == list(plain["id"]) and len(frame) > 10
+
+
+@pytest.mark.parametrize("args, message", [
+    (["validate", "{f}"], "Error: runs: not UTF-8 text (byte 0x80 at offset 128); save it as UTF-8"),
+    (["validate-nccl", "--cluster", "dgx-a100", "{f}"], "Error: log: not UTF-8 text (byte 0x80 at offset 128)"),
+    (["simai", "aicb-log", "--cluster", "dgx-a100", "--tp", "1", "{f}"], "Error: aicb log: not UTF-8 text"),
+    (["simai", "run", "--simai-analytical", "{f}"], "Error: workload: not UTF-8 text (byte 0x80 at offset 128)"),
+    (["estimate", "--workload", "{f}", "--cluster", "dgx-h100"], "Error: workload: not UTF-8 text"),
+    (["sweep", "{f}"], "Error: config: not UTF-8 text (byte 0x80 at offset 128)"),
+])
+def test_binary_files_to_every_reader_are_one_line_errors(tmp_path, args, message):
+    f = tmp_path / "binary.bin"
+    f.write_bytes(bytes(range(256)))
+    line = _one_line_error(_run(*[a.format(f=f) for a in args]))
+    assert line.startswith(message), line
+
+
+def test_header_only_simai_workload_is_an_error(tmp_path, shared_data):
+    header = (shared_data / "simai" / "workload_analytical.txt").read_text().splitlines()[:2]
+    f = tmp_path / "header_only.txt"
+    f.write_text("\n".join(header) + "\n")
+    line = _one_line_error(_run("simai", "run", "--simai-analytical", str(f)))
+    assert line == ("Error: header_only.txt line 3: a workload needs at least one layer line (this file holds only "
+                    "its header) (got 1789 declared)")
+
+
+def test_infinite_cells_in_an_nccl_tests_log_are_skipped_with_a_reason(tmp_path, shared_data):
+    from flowsim.validation.nccl_tests import read_nccl_tests
+
+    lines = (shared_data / "nccl-tests" / "a100_8gpu_allreduce_sxm4_80gb_g8.txt").read_text().splitlines()
+    first = next(i for i, x in enumerate(lines) if x.split()[:1] == ["128"])
+    toks = lines[first].split()
+    lines[first] = "  ".join(["1e400"] + toks[1:])  # a size that overflows to inf
+    toks = lines[first + 1].split()
+    lines[first + 1] = "  ".join(toks[:5] + ["inf"] + toks[6:])  # an infinite time
+    f = tmp_path / "log.txt"
+    f.write_text("\n".join(lines) + "\n")
+    log = read_nccl_tests(f)
+    reasons = dict(log.skipped)
+    assert reasons[first + 1] == "expected 'size count type ...'"
+    assert reasons[first + 2] == "non-numeric time or bandwidth"
+    assert np_isfinite_all(log)
+
+
+def np_isfinite_all(log) -> bool:
+    import numpy as np
+
+    frame = log.rows if hasattr(log, "rows") else log.frame
+    return bool(np.isfinite(frame.select_dtypes("number").to_numpy(dtype=float)).all())

@@ -98,11 +98,9 @@ def read_aicb_log(path: str | Path, min_bytes: int = MIN_BYTES) -> tuple[pd.Data
         Unreadable file, a missing column, or a non-numeric size or time (naming the line).
     """
     path = Path(path)
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise ConfigError("aicb log", f"cannot read {path}: {e.strerror}") from None
+    from flowsim.io_text import open_text
+
+    rows = list(csv.DictReader(open_text(path, "aicb log")))
     missing = [c for c in REQUIRED if rows and c not in rows[0]]
     if not rows or missing:
         raise ConfigError("aicb log", f"{path.name} lacks the columns {', '.join(missing or REQUIRED)}")

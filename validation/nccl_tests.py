@@ -21,6 +21,7 @@ their line numbers. The NCCL release that ran is taken from the log when it stat
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -213,10 +214,12 @@ def _detect_op(texts) -> str | None:
 
 
 def _num(tok: str) -> float | None:
+    """The finite number ``tok`` spells, else None (``inf``/``nan`` cells are not measurements)."""
     try:
-        return float(tok)
+        v = float(tok)
     except ValueError:
         return None
+    return v if math.isfinite(v) else None
 
 
 def _parse_table_row(toks: list[str]):
@@ -266,10 +269,9 @@ def read_nccl_tests(path: str | Path, op: str | None = None, n_ranks: int | None
     """
     if op is not None and op not in OPS:
         raise ConfigError("op", f"must be one of {', '.join(OPS)}", op)
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise ConfigError("log", f"cannot read the file ({e.strerror})", str(path)) from None
+    from flowsim.io_text import read_text
+
+    lines = read_text(path, "log").splitlines()
     header = []
     for line in lines:
         if line.strip() and not line.lstrip().startswith("#"):

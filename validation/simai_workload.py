@@ -279,6 +279,9 @@ def parse_workload(text: str) -> SimaiWorkload:
             raise ConfigError(f"line {i + 3}", f"more layer lines than the {declared} declared on line 2",
                               line.strip()[:40])
         layers.append(parse_layer_line(fields, i + 3))
+    if not layers:
+        raise ConfigError("line 3", "a workload needs at least one layer line (this file holds only its header)",
+                          f"{declared} declared")
     return SimaiWorkload(**header, layers=tuple(layers), declared_lines=declared,
                          skipped_lines=declared - len(layers))
 
@@ -300,11 +303,10 @@ def read_workload(path: str | Path) -> SimaiWorkload:
     ConfigError
         The file cannot be read, or :func:`parse_workload` rejects it (the message names the file).
     """
+    from flowsim.io_text import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("workload", f"cannot read {p}: {e}") from None
+    text = read_text(p, "workload")
     try:
         return parse_workload(text)
     except ConfigError as e:

@@ -39,10 +39,9 @@ def load(path):
     """
     from flowsim.capture.data import CapturedWorkload, Stage
 
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError("workload", f"cannot read {path}: {e}") from None
+    from flowsim.io_text import read_json
+
+    doc = read_json(path, "workload")
     validate(doc)
     stages = doc["stages"] if doc["version"] == 2 else [{"rank": doc["rank"], "ops": doc["ops"]}]
     return CapturedWorkload(world_size=doc["world_size"],
