@@ -146,3 +146,14 @@ def test_expert_layout_rules(kw, message):
     with pytest.raises(ConfigError) as e:
         build_config(**{**MIX32, **kw})
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_fp8_experts_quantise_their_grouped_gemm_inputs():
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=8, gbs=8, moe_imbalance_factor=1.0)
+    c = build_workload(build_config(**kw, precision="fp8")).moe_layer.compute
+    rows = {(n, p): b for n, p, b in zip(c["name"], c["phase"], c["bytes"])}
+    routed = 4096 * 2  # (token, expert) pairs the GPU's experts take: 8 ranks x 4096 tokens x top-2 / 8 experts
+    assert rows[("expert_fc1.cast_in", "fwd")] == routed * 4096 * 3  # read 2-byte, write 1-byte
+    assert rows[("expert_fc2.cast_in", "fwd")] == routed * 14336 * 3
+    assert not any(n.startswith("expert_fc") and ".cast" in n
+                   for n in build_workload(build_config(**kw)).moe_layer.compute["name"])

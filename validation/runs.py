@@ -541,6 +541,10 @@ def _moe_fields(row: Mapping, assumptions: list) -> dict:
         # NeMo's MegatronTokenDropCallback defaults (nemo/lightning/pytorch/callbacks/moe_token_drop.py)
         out.update(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
         assumptions.append("moe: token drop = capacity factor 1.0, padded to capacity (NeMo's token-drop defaults)")
+    if re.search(r"force-balanced", notes):
+        # Megatron-LM --moe-router-force-load-balancing: the benchmark router spreads tokens evenly
+        out["moe_imbalance_factor"] = 1.0
+        assumptions.append("moe: force-balanced routing (from the notes), imbalance factor 1")
     dense = re.search(r"first (\d+) layers dense", notes)
     if dense:
         out["moe_first_k_dense"] = int(dense.group(1))

@@ -30,7 +30,7 @@ import numpy as np
 from flowsim.config import SimConfig
 from flowsim.config.layout import group_spans
 from flowsim.model.fusion import ACT_BYTES, activation_step
-from flowsim.model.ops import comm, elementwise, gemm, linear, memory
+from flowsim.model.ops import comm, elementwise, gemm, linear, memory, quantize
 
 ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
 
@@ -238,6 +238,9 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     grouped("expert_fc1.wgrad", h, fc1_out, per_expert, "bwd")
     grouped("expert_fc2.dgrad", per_expert, width, h, "bwd")
     grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
+    # low-precision recipes quantise the grouped GEMMs' inputs and gradients as for any linear layer
+    quantize(rows, "expert_fc1", local * per_expert, fc1_out, h, dt, full)
+    quantize(rows, "expert_fc2", local * per_expert, h, width, dt, full)
     elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
                 local * per_expert * width, full or recomputes("moe_act"))
 

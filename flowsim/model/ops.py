@@ -65,6 +65,13 @@ def linear(rows, name, tokens, n_out, k_in, dtype, recompute):
     rows.append(gemm(f"{name}.wgrad", k_in, n_out, tokens, dtype, "bwd"))
     if recompute:
         rows.append(gemm(f"{name}", tokens, n_out, k_in, dtype, "recompute"))
+    quantize(rows, name, tokens, n_out, k_in, dtype, recompute)
+
+
+def quantize(rows, name, tokens, n_out, k_in, dtype, recompute):
+    """Quantisation kernels of the low-precision GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W`` (none for
+    16-bit): the input cast in forward (again with ``recompute``), the output-gradient cast and the transposes
+    (FP8) or quantised copies (FP4) the gradient GEMMs read in backward."""
     if dtype == "fp8":
         rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "fwd"))
         rows.append(memory(f"{name}.cast_grad", tokens * n_out * FP8_CAST_BYTES_PER_ELEM, "bwd"))
