@@ -1,4 +1,6 @@
 """The host-side timeline (flowsim.step.host): known answers and the closed form of repeated blocks."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -77,7 +79,7 @@ def test_block_terms_over_several_blocks():
     assert t.host_s == pytest.approx([2 * US, 15 * US])
     assert t.gpu_s == pytest.approx([8 * US, 3 * US])
     assert t.span_s == pytest.approx([9 * US, 16 * US])
-    assert steady_run_s(t) == pytest.approx([8 * US, 15 * US])
+    assert steady_run_s(t.gpu_s, t.host_s) == pytest.approx([8 * US, 15 * US])
     assert repeated_block_end_s(t, [0, 3]) == pytest.approx([0.0, 16 * US + 2 * 15 * US])
     with pytest.raises(ValueError, match="offsets"):
         block_terms(h, g, [0, 2, 4])
@@ -117,3 +119,61 @@ def test_op_host_costs_and_graph_scopes():
     assert layer.sum() == pytest.approx(2 * c.graph_launch_s + 6 * c.graph_node_s)
     full = op_host_s(name, kind, phase, count, c, "full_iteration")
     assert full.sum() == pytest.approx(6 * c.graph_node_s)
+
+
+def _layer(**kw):
+    """A small Llama-style layer on one H100, its op times and its pricer (what the step core gives block_times)."""
+    from flowsim.config import build_config
+    from flowsim.config.layout import group_spans
+    from flowsim.gpu_specs import get_gpu
+    from flowsim.kernels import op_times
+    from flowsim.model.workload import build_workload
+    from flowsim.step.blocks import ops_frame
+    from flowsim.step.pricer import CollectivePricer
+
+    cfg = build_config(dict(num_layers=2, hidden_size=256, num_attention_heads=4, seq_length=256, vocab_size=32000,
+                            activation="swiglu", normalization="rmsnorm", position_embedding="rope",
+                            add_bias_linear=False, cluster="dgx-h100", gpus=1, gbs=1, **kw))
+    gpu = get_gpu(cfg.cluster.gpu)
+    wl = build_workload(cfg)
+    ops, spans = ops_frame(wl)
+    return cfg, wl, ops, spans, op_times(ops, gpu)[spans["layer"]], CollectivePricer(cfg.cluster, gpu,
+                                                                                     group_spans(cfg.training))
+
+
+def test_block_times_with_host_costs():
+    from flowsim.model.host_costs import op_table_host_s
+    from flowsim.step.blocks import block_times, pass_s
+
+    cfg, wl, ops, spans, t, comms = _layer(framework="torchtitan")  # eager PyTorch, x86 host
+    plain = block_times(wl.layer, t, comms, False, 1)
+    host = op_table_host_s(ops, spans, cfg.training, cfg.cluster.cpu)[spans["layer"]]
+    assert block_times(wl.layer, t, comms, False, 1, np.zeros_like(host)) == plain  # no CPU time: unchanged
+    timed = block_times(wl.layer, t, comms, False, 1, host)
+    phase = wl.layer.compute["phase"].to_numpy()
+    for ph in ("fwd", "bwd"):  # each run takes the longer of the stream's and the CPU's seconds
+        assert pass_s(timed, ph) == pytest.approx(max(pass_s(plain, ph), host[phase == ph].sum()))
+    # a small layer's forward kernels are shorter than their issue from Python: the CPU sets the pace
+    assert pass_s(timed, "fwd") == pytest.approx(host[phase == "fwd"].sum())
+    assert pass_s(timed, "fwd") > pass_s(plain, "fwd")
+    # kernels longer than their issue: the host model changes nothing
+    assert block_times(wl.layer, t, comms, False, 1, host * 1e-3) == plain
+    # no framework profile, no host model
+    cfg0, *_ = _layer()
+    assert op_table_host_s(ops, spans, cfg0.training, "intel") is None
+
+
+def test_cuda_graphs_shrink_the_host_time_of_a_step_table():
+    from flowsim.model.host_costs import op_table_host_s
+
+    from flowsim.model.host_costs import host_costs
+
+    cfg, wl, ops, spans, *_ = _layer(framework="megatron-core", framework_version="megatron-bridge-25.11",
+                                     cuda_graphs="layer")
+    graphed = op_table_host_s(ops, spans, cfg.training, "arm")
+    c = host_costs("te", "arm")
+    layer = ops.iloc[spans["layer"]]
+    # per layer graph: one launch per pass (forward, backward) and a node cost per kernel
+    assert graphed[spans["layer"]].sum() == pytest.approx(2 * c.graph_launch_s + layer["count"].sum() * c.graph_node_s)
+    full = op_table_host_s(ops, spans, dataclasses.replace(cfg.training, cuda_graphs="full_iteration"), "arm")
+    assert full.sum() == pytest.approx(ops["count"].sum() * c.graph_node_s)

@@ -93,3 +93,18 @@ def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "no
     gid = np.unique(phase, return_inverse=True)[1] if cuda_graphs == "layer" else np.zeros(phase.size, np.int64)
     launch = costs.graph_launch_s if cuda_graphs == "layer" else 0.0
     return graphed_host_s(per * n, gid, launch, costs.graph_node_s, n)
+
+
+def op_table_host_s(ops, spans: dict, training, cpu: str) -> np.ndarray | None:
+    """CPU seconds to issue each row of a step's op table (:func:`flowsim.step.blocks.ops_frame`: the blocks at
+    ``spans``) under ``training.host_overhead`` on a ``cpu`` host, each block's phases one graph replay apiece under
+    ``cuda_graphs: layer``; None with ``host_overhead: none`` (no host model)."""
+    if training.host_overhead == "none":
+        return None
+    costs = host_costs(training.host_overhead, cpu)
+    out = np.zeros(len(ops))
+    for sl in spans.values():
+        blk = ops.iloc[sl]
+        out[sl] = op_host_s(blk["name"].to_numpy(), blk["kind"].to_numpy(), blk["phase"].to_numpy(),
+                            blk["count"].to_numpy(), costs, training.cuda_graphs)
+    return out

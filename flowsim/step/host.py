@@ -163,9 +163,10 @@ def repeated_block_end_s(terms: BlockHost, runs, cpu_start_s=0.0, gpu_start_s=0.
     return np.where(n > 0, end, gpu_start_s + 0.0 * end)
 
 
-def steady_run_s(terms: BlockHost) -> np.ndarray:
-    """Seconds each run of a block adds once the stream is in steady state: ``max(G, H)``."""
-    return np.maximum(terms.gpu_s, terms.host_s)
+def steady_run_s(gpu_s, host_s):
+    """Seconds each run of a block adds once the stream is in steady state: ``max(G, H)`` (the step core's
+    :func:`flowsim.step.blocks.block_times` with ``G`` its kernels and exposed communication)."""
+    return np.maximum(gpu_s, host_s)
 
 
 def host_exposed_s(terms: BlockHost, runs) -> np.ndarray:
