@@ -142,12 +142,12 @@ def _layer(**kw):
 
 
 def test_block_times_with_host_costs():
-    from flowsim.model.host_costs import op_table_host_s
+    from flowsim.model.host_costs import block_host_s
     from flowsim.step.blocks import block_times, pass_s
 
     cfg, wl, ops, spans, t, comms = _layer(framework="torchtitan")  # eager PyTorch, x86 host
     plain = block_times(wl.layer, t, comms, False, 1)
-    host = op_table_host_s(ops, spans, cfg.training, cfg.cluster.cpu)[spans["layer"]]
+    host = block_host_s(wl.layer.compute, cfg.training, cfg.cluster.cpu)
     assert block_times(wl.layer, t, comms, False, 1, np.zeros_like(host)) == plain  # no CPU time: unchanged
     timed = block_times(wl.layer, t, comms, False, 1, host)
     phase = wl.layer.compute["phase"].to_numpy()
@@ -160,20 +160,19 @@ def test_block_times_with_host_costs():
     assert block_times(wl.layer, t, comms, False, 1, host * 1e-3) == plain
     # no framework profile, no host model
     cfg0, *_ = _layer()
-    assert op_table_host_s(ops, spans, cfg0.training, "intel") is None
+    assert block_host_s(wl.layer.compute, cfg0.training, "intel") is None
 
 
-def test_cuda_graphs_shrink_the_host_time_of_a_step_table():
-    from flowsim.model.host_costs import op_table_host_s
+def test_cuda_graphs_shrink_the_host_time_of_a_block():
+    from flowsim.model.host_costs import block_host_s, host_costs
 
-    from flowsim.model.host_costs import host_costs
-
-    cfg, wl, ops, spans, *_ = _layer(framework="megatron-core", framework_version="megatron-bridge-25.11",
-                                     cuda_graphs="layer")
-    graphed = op_table_host_s(ops, spans, cfg.training, "arm")
+    cfg, wl, *_ = _layer(framework="megatron-core", framework_version="megatron-bridge-25.11", cuda_graphs="layer")
+    layer = wl.layer.compute
     c = host_costs("te", "arm")
-    layer = ops.iloc[spans["layer"]]
+    eager = block_host_s(layer, dataclasses.replace(cfg.training, cuda_graphs="none"), "arm")
     # per layer graph: one launch per pass (forward, backward) and a node cost per kernel
-    assert graphed[spans["layer"]].sum() == pytest.approx(2 * c.graph_launch_s + layer["count"].sum() * c.graph_node_s)
-    full = op_table_host_s(ops, spans, dataclasses.replace(cfg.training, cuda_graphs="full_iteration"), "arm")
-    assert full.sum() == pytest.approx(ops["count"].sum() * c.graph_node_s)
+    graphed = block_host_s(layer, cfg.training, "arm")
+    assert graphed.sum() == pytest.approx(2 * c.graph_launch_s + layer["count"].sum() * c.graph_node_s)
+    assert graphed.sum() < eager.sum() / 4
+    full = block_host_s(layer, dataclasses.replace(cfg.training, cuda_graphs="full_iteration"), "arm")
+    assert full.sum() == pytest.approx(layer["count"].sum() * c.graph_node_s)

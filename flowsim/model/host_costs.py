@@ -95,16 +95,11 @@ def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "no
     return graphed_host_s(per * n, gid, launch, costs.graph_node_s, n)
 
 
-def op_table_host_s(ops, spans: dict, training, cpu: str) -> np.ndarray | None:
-    """CPU seconds to issue each row of a step's op table (:func:`flowsim.step.blocks.ops_frame`: the blocks at
-    ``spans``) under ``training.host_overhead`` on a ``cpu`` host, each block's phases one graph replay apiece under
-    ``cuda_graphs: layer``; None with ``host_overhead: none`` (no host model)."""
+def block_host_s(table, training, cpu: str) -> np.ndarray | None:
+    """CPU seconds to issue each row of one block's op table (:class:`flowsim.model.ops.OpSet` ``compute``) under
+    ``training.host_overhead`` on a ``cpu`` host, each phase of the block one graph replay under ``cuda_graphs:
+    layer``; None with ``host_overhead: none`` (no host model: the GPU never waits for the CPU)."""
     if training.host_overhead == "none":
         return None
-    costs = host_costs(training.host_overhead, cpu)
-    out = np.zeros(len(ops))
-    for sl in spans.values():
-        blk = ops.iloc[sl]
-        out[sl] = op_host_s(blk["name"].to_numpy(), blk["kind"].to_numpy(), blk["phase"].to_numpy(),
-                            blk["count"].to_numpy(), costs, training.cuda_graphs)
-    return out
+    return op_host_s(table["name"].to_numpy(), table["kind"].to_numpy(), table["phase"].to_numpy(),
+                     table["count"].to_numpy(), host_costs(training.host_overhead, cpu), training.cuda_graphs)

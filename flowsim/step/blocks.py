@@ -13,7 +13,7 @@ its parallel dimensions imply, priced by the step's :class:`flowsim.step.pricer.
 
 Overlapped communication slows the compute beside it by the SM-sharing rule (:mod:`flowsim.step.overlap`).
 
-With host costs (``host_s``: the CPU seconds to issue each op, :func:`flowsim.model.host_costs.op_table_host_s`)
+With host costs (``host_s``: the CPU seconds to issue each op, :func:`flowsim.model.host_costs.block_host_s`)
 a phase of the block runs, back to back with the block's other runs, in the steady state of the host-side
 timeline (:mod:`flowsim.step.host`): ``max(G, H)`` per run, ``G`` the stream's seconds (compute and exposed
 communication), ``H`` the CPU's; what the GPU waits for the CPU is added to the phase's compute. The wait of a
