@@ -108,7 +108,7 @@ def test_ep_overlap_in_a_step():
     assert over.step_time_s < base.step_time_s
     assert over.stages[0].ep_comm_s < base.stages[0].ep_comm_s
     assert over.memory_bytes_per_gpu > base.memory_bytes_per_gpu  # one more micro-batch in flight
-    for extra, message in [(dict(pp=2), "overlap_moe_expert_parallel_comm: is modelled without pipeline"),
+    for extra, message in [(dict(pp=2), "overlap_moe_expert_parallel_comm: with pipeline parallelism needs"),
                            (dict(ep=1), "overlap_moe_expert_parallel_comm: needs a MoE model"),
                            (dict(moe_token_dispatcher_type="allgather"), "overlap_moe_expert_parallel_comm: needs")]:
         with pytest.raises(ConfigError) as e:

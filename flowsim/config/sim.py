@@ -134,13 +134,14 @@ class SimConfig:
             if not m.is_moe or t.ep == 1:
                 raise ConfigError("overlap_moe_expert_parallel_comm", "needs a MoE model with "
                                   "expert_model_parallel_size > 1 (there is no all-to-all to hide)", f"ep={t.ep}")
-            if t.schedule != "dualpipe" and t.pp > 1:
-                raise ConfigError("overlap_moe_expert_parallel_comm", "is modelled without pipeline parallelism "
-                                  "or with the dualpipe schedule (merging 1F1B's passes would hold back the "
-                                  "sends between stages)", f"pp={t.pp}, {t.schedule}")
-            if t.moe_token_dispatcher_type != "alltoall":
-                raise ConfigError("overlap_moe_expert_parallel_comm", "needs moe_token_dispatcher_type alltoall",
-                                  t.moe_token_dispatcher_type)
+            if t.schedule not in ("dualpipe", "interleaved") and t.pp > 1:
+                raise ConfigError("overlap_moe_expert_parallel_comm", "with pipeline parallelism needs the "
+                                  "interleaved (virtual_pipeline_model_parallel_size > 1) or dualpipe schedule "
+                                  "(merging plain 1F1B's passes would hold back the sends between stages)",
+                                  f"pp={t.pp}, {t.schedule}")
+            if t.moe_token_dispatcher_type == "allgather":
+                raise ConfigError("overlap_moe_expert_parallel_comm", "needs moe_token_dispatcher_type alltoall "
+                                  "or flex", t.moe_token_dispatcher_type)
         if t.schedule == "interleaved" and self.num_microbatches % t.pp:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",

@@ -117,9 +117,10 @@ class TrainingConfig:
         not split).
     overlap_moe_expert_parallel_comm : bool
         Hide the expert all-to-alls of one micro-batch behind the compute of another (Megatron-LM
-        ``--overlap-moe-expert-parallel-comm``): without pipeline parallelism each forward after the first
-        runs in one call with the previous micro-batch's backward (:mod:`flowsim.step.schedule`); DualPipe always
-        pairs its passes. Needs ``pp`` 1 or the ``dualpipe`` schedule, and ``alltoall`` dispatch.
+        ``--overlap-moe-expert-parallel-comm``): in 1F1B (one stage) and interleaved 1F1B each steady-state
+        forward runs in one call with the backward after it (:mod:`flowsim.step.schedule`); DualPipe always
+        pairs its passes. Needs ``pp`` 1, the ``interleaved`` or the ``dualpipe`` schedule, and ``alltoall``
+        or ``flex`` dispatch.
     moe_token_dispatcher_type : str
         How routed tokens reach their experts (Megatron-LM ``--moe-token-dispatcher-type``): ``alltoall``
         (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
@@ -263,8 +264,9 @@ class TrainingConfig:
 
     @property
     def paired_1f1b(self) -> bool:
-        """1F1B with each steady-state forward and backward in one call (EP all-to-all overlap)."""
-        return self.overlap_moe_expert_parallel_comm and self.schedule == "1f1b"
+        """1F1B or interleaved 1F1B with each steady-state forward and backward in one call (EP all-to-all
+        overlap)."""
+        return self.overlap_moe_expert_parallel_comm and self.schedule in ("1f1b", "interleaved")
 
     def _validate_recompute(self) -> None:
         for name in self.recompute_modules:

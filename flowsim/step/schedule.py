@@ -52,10 +52,11 @@ instead of their sum; the saving is taken off the B pass.
 interleaved, each one's all-to-alls beside the other's compute): one more warm-up forward than 1F1B, so
 that the two passes of a pair belong to different micro-batches (a backward needs its own forward's loss),
 and each steady-state forward forms one call with the backward after it, priced as DualPipe's F&B calls;
-the extra forward holds one more micro-batch's activations. flowsim allows it on one stage only: with
-``p > 1`` a merged call sends its forward's output only when the backward is done too, which in a plain
-1F1B order puts two passes on every step of the stage-to-stage chain (pairing passes of different model
-chunks, as an interleaved schedule could, would avoid it; not modelled).
+the extra forward holds one more micro-batch's activations. With ``p > 1`` a merged call sends its
+forward's output only when the backward is done too, which in a plain 1F1B order puts two passes on every
+step of the stage-to-stage chain, so flowsim pairs plain 1F1B on one stage only; interleaved 1F1B pairs the
+same way (one more warm-up forward, each steady-state forward in one call with the backward after it, which
+belongs to another model chunk), as Megatron-LM's A2A overlap with ``vpp > 1`` does.
 
 What is not modelled: the pipeline sends inside a call are not overlapped; each call's outputs are sent
 when it ends, as in the
@@ -198,16 +199,19 @@ def _zb_h1(order, p, m):
 
 
 @njit(cache=True)
-def _interleaved(order, p, v, m):
-    """Megatron-LM interleaved 1F1B over ``v`` chunks (module docstring)."""
+def _interleaved(order, publish, p, v, m, paired):
+    """Megatron-LM interleaved 1F1B over ``v`` chunks (module docstring). ``paired`` (EP all-to-all overlap):
+    one more warm-up forward, and each steady-state forward runs as one call with the backward after it."""
     total = m * v
     for s in range(p):
-        warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+        warm = min((p - s - 1) * 2 + (v - 1) * p + (1 if paired else 0), total)
         i = 0
         kb = 0
         for kf in range(total):
             i = _put(order, s, i, FWD, (kf // (p * v)) * p + kf % p, (kf // p) % v)
             if kf >= warm:
+                if paired:
+                    publish[s, i - 1] = i
                 i = _put(order, s, i, BWD, (kb // (p * v)) * p + kb % p, v - 1 - (kb // p) % v)
                 kb += 1
         while kb < total:
@@ -318,7 +322,7 @@ def _orders(kind, p, v, m, paired):
     elif kind == DUALPIPE:
         _dualpipe(order, publish, p, m)
     else:
-        _interleaved(order, p, v, m)
+        _interleaved(order, publish, p, v, m, paired)
     return order, publish
 
 
@@ -450,9 +454,9 @@ def _plan(schedule: str, p: int, v: int, m: int, paired: bool = False) -> _Plan:
     ``paired``: 1F1B with its steady-state passes paired (EP all-to-all overlap)."""
     check_layout(schedule, p, v, m)
     kind = SCHEDULE_IDS[schedule]
-    if paired and kind != ONE_F_ONE_B:
-        raise ConfigError("overlap_moe_expert_parallel_comm", "pairs the passes of 1f1b (dualpipe pairs its own)",
-                          schedule)
+    if paired and kind not in (ONE_F_ONE_B, INTERLEAVED):
+        raise ConfigError("overlap_moe_expert_parallel_comm", "pairs the passes of 1f1b and interleaved (dualpipe "
+                          "pairs its own)", schedule)
     up, down = path_links(kind, p, v)
     order, publish = _orders(kind, p, v, m, paired)
     src, src_pass = _inputs(order, publish, up, down, m)
@@ -508,8 +512,8 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         all-to-alls, DeepSeek-V3 sec. 3.2.1), and the share of the SMs it holds meanwhile. Ignored by the
         other schedules.
     paired : bool
-        ``1f1b`` only: one more warm-up forward and each steady-state forward paired with the backward
-        after it (Megatron-LM ``--overlap-moe-expert-parallel-comm``).
+        ``1f1b`` and ``interleaved``: one more warm-up forward and each steady-state forward paired with the
+        backward after it (Megatron-LM ``--overlap-moe-expert-parallel-comm``).
     """
     fwd_s = np.ascontiguousarray(fwd_s, dtype=np.float64)
     bwd_s = np.ascontiguousarray(bwd_s, dtype=np.float64)
