@@ -128,6 +128,7 @@ def ingest_trace(path, gpu: str | None = None) -> pd.DataFrame:
         "bound"].to_numpy() if len(df) else []
     df["source"] = [f"Kineto trace {path.name}, kernel {impl}" for impl in df.impl]
     df["date"] = date
+    df["stack"] = ""  # a Kineto trace does not name the software release (kernel-DB schema: empty)
     df = df[list(DB_COLUMNS)]
     df.attrs["gpu"] = key
     return df
