@@ -1,4 +1,6 @@
-"""``flowsim topo``: describe a cluster's topology (counts, per-tier bandwidth, bisection)."""
+"""``flowsim topo``: describe a cluster's topology (counts, per-tier bandwidth, bisection) and, given a parallel
+layout, where its communicators land: how many scale-up (NVLink) domains each group spans, so which groups
+(expert-parallel ones above all) cross the network."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,8 +10,12 @@ import click
 from flowsim import units
 from flowsim.cli.common import echo_json, format_table, user_errors
 from flowsim.config.cluster import ECMP_MODES, NETWORKS, ClusterConfig
+from flowsim.config.layout import EXPERT_RANK_ORDERS, check_expert_layout, expert_rank_order, group_spans
 from flowsim.config.loader import list_presets, load_preset
+from flowsim.config.training import TrainingConfig
+from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
+from flowsim.network.comm_layout import group_layout
 from flowsim.network.topology import build_topology
 
 POS_INT = click.IntRange(min=1)
@@ -29,6 +35,38 @@ def cluster_from_options(cluster: str, **overrides) -> ClusterConfig:
     if "num_gpus" not in fields:
         fields["num_gpus"] = fields.get("nvlink_domain") or fields.get("gpus_per_node", 8)
     return ClusterConfig(**fields)
+
+
+GROUP_COLUMNS = [("group", "group", ""), ("ranks", "ranks", "d"), ("stride", "stride", "d"),
+                 ("domains", "NVLink domains", "d"), ("fabric", "fabric", "")]
+_GROUP_NAMES = {"tp": "tensor parallel", "cp": "context parallel", "dp": "data parallel (gradients)",
+                "pp": "pipeline neighbours", "etp": "expert tensor parallel", "ep": "expert parallel",
+                "edp": "expert data parallel"}
+
+
+def layout_groups(cfg: ClusterConfig, tp: int, pp: int, cp: int, ep: int, etp: int, order: str) -> list[dict]:
+    """Where the communicators of a layout land on ``cfg`` (Megatron's rank order,
+    :func:`flowsim.config.layout.group_spans`; experts in ``order``, empty = Megatron-core's current one): per
+    group kind its ranks, the stride between members, the scale-up domains one group spans and whether it
+    talks over NVLink only or over the network (groups of one rank are left out)."""
+    ways = tp * pp * cp
+    if cfg.num_gpus % ways:
+        raise ConfigError("--gpus", "must be divisible by tp * pp * cp", f"{cfg.num_gpus} and {tp}*{pp}*{cp}")
+    t = TrainingConfig(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
+                       expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
+                       data_parallel_size=cfg.num_gpus // ways, expert_rank_order=order)
+    t.validate()
+    check_expert_layout(t)
+    gpu = get_gpu(cfg.gpu)
+    rows = []
+    for name, (n, stride) in group_spans(t).items():
+        if name not in _GROUP_NAMES or n == 1 or (name == "pp" and pp == 1):
+            continue
+        domains = group_layout(cfg, gpu, n, stride).n_nodes
+        label = _GROUP_NAMES[name] + (f" ({expert_rank_order(t)})" if name == "ep" else "")
+        rows.append(dict(group=label, ranks=n, stride=stride, domains=domains,
+                         fabric="NVLink" if domains == 1 else "network"))
+    return rows
 
 
 def _report(s) -> str:
@@ -57,22 +95,37 @@ def _report(s) -> str:
 @click.option("--switch-radix", type=int, help="Ports per switch.")
 @click.option("--leaves-per-rail", type=int, help="Leaf switches per rail (0 = fewest the radix allows).")
 @click.option("--ecmp", type=click.Choice(ECMP_MODES), help="hash (per-flow ECMP) or ideal (perfect spreading).")
+@click.option("--tp", type=POS_INT, help="With a layout: tensor-parallel size (prints where each group lands).")
+@click.option("--pp", type=POS_INT, help="With a layout: pipeline-parallel size.")
+@click.option("--cp", type=POS_INT, help="With a layout: context-parallel size.")
+@click.option("--ep", type=POS_INT, help="With a layout: expert-parallel size.")
+@click.option("--etp", type=POS_INT, help="With a layout: expert tensor-parallel size.")
+@click.option("--expert-rank-order", type=click.Choice(EXPERT_RANK_ORDERS),
+              help="Megatron-core's expert rank order: tp-ep-dp-pp (>= 0.10, the default) or tp-cp-ep-dp-pp (<= 0.9).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (SI units) instead of the table.")
 @user_errors
 def topo(cluster, num_gpus, gpu, gpus_per_node, nvlink_domain, nics_per_node, nic_gbps, network, oversubscription,
-         switch_radix, leaves_per_rail, ecmp, as_json):
-    """Describe a cluster: GPUs, NICs, switches per tier, links, bandwidth per tier, bisection bandwidth.
+         switch_radix, leaves_per_rail, ecmp, tp, pp, cp, ep, etp, expert_rank_order, as_json):
+    """Describe a cluster: GPUs, NICs, switches per tier, links, bandwidth per tier, bisection bandwidth; with
+    layout flags (--tp, --pp, --cp, --ep, --etp), the NVLink domains each communicator spans.
 
-    GB/s and TB/s are decimal (1e9, 1e12 bytes per second), per direction. Example:
+    GB/s and TB/s are decimal (1e9, 1e12 bytes per second), per direction. Examples:
 
         flowsim topo --cluster dgx-h100 --gpus 4096 --switch-radix 128
+
+        flowsim topo --gpus 32 --tp 4 --ep 8 --etp 4 --expert-rank-order tp-cp-ep-dp-pp
     """
     cfg = cluster_from_options(cluster, num_gpus=num_gpus, gpu=gpu, gpus_per_node=gpus_per_node,
                                nvlink_domain=nvlink_domain, nics_per_node=nics_per_node, nic_gbps=nic_gbps,
                                network=network, oversubscription=oversubscription, switch_radix=switch_radix,
                                leaves_per_rail=leaves_per_rail, ecmp=ecmp)
     summary = build_topology(cfg, get_gpu(cfg.gpu)).summary()
+    groups = None
+    if any(x is not None for x in (tp, pp, cp, ep, etp, expert_rank_order)):
+        groups = layout_groups(cfg, tp or 1, pp or 1, cp or 1, ep or 1, etp or 1, expert_rank_order or "")
     if as_json:
-        echo_json(summary.to_dict())
+        echo_json({**summary.to_dict(), **({"groups": groups} if groups is not None else {})})
     else:
-        click.echo(_report(summary))
+        click.echo(_report(summary) + ("" if groups is None else
+                                       "\n\ncommunicators of the layout (one group of each kind):\n"
+                                       + format_table(groups, GROUP_COLUMNS)))
