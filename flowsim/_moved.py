@@ -1,9 +1,12 @@
-"""Old import paths of moved modules: they keep working for one release, with a DeprecationWarning.
+"""Old import paths of moved modules and names: they keep working for one release, with a DeprecationWarning.
 
-:data:`MOVED` is the one table (old module -> new module). :func:`install` puts a finder at the front of
+:data:`MOVED` is the one table of modules (old module -> new module). :func:`install` puts a finder at the front of
 ``sys.meta_path`` (``flowsim/__init__.py`` calls it); importing an old path warns, naming the new one, and
 gives the new module itself (``import flowsim.topology`` and ``import flowsim.network.topology`` are the same
-object), so nothing is loaded twice. Remove an entry one release after the move.
+object), so nothing is loaded twice. Names that moved out of a module that stays are in :data:`MOVED_NAMES`;
+the module sets ``__getattr__ = module_getattr(__name__)``. Remove an entry one release after the move.
+
+Layer 0: imports nothing from flowsim (it names modules only as strings).
 """
 from __future__ import annotations
 
@@ -50,6 +53,28 @@ MOVED = {
     "flowsim.validation.trace_events": "flowsim.kernels.trace_events",
 }
 """Old dotted module path -> the module that holds it now."""
+
+MOVED_NAMES = {
+    "flowsim.model.workload": {"CommOp": "flowsim.model.ops", "FP8_CAST_BYTES_PER_ELEM": "flowsim.model.ops",
+                               "FP8_TRANSPOSE_BYTES_PER_ELEM": "flowsim.model.ops"},
+    "flowsim.model.recompute": {"MEGATRON_MODULES": "flowsim.config.training"},
+}
+"""Module -> {public name that moved out of it: the module that defines it now} (issue 14)."""
+
+
+def module_getattr(module: str):
+    """A PEP 562 ``__getattr__`` for ``module`` that gives its moved names (:data:`MOVED_NAMES`) with a
+    DeprecationWarning naming their new module."""
+    table = MOVED_NAMES[module]
+
+    def __getattr__(name: str):
+        if name not in table:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} is deprecated; import it from {table[name]}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(table[name]), name)
+
+    return __getattr__
 
 
 class _Alias(importlib.abc.Loader):

@@ -18,7 +18,7 @@ SOURCES = {"flowsim": "flowsim", "kernels": "flowsim.kernels", "gpu_specs": "flo
 """Source folder -> the package it installs as (setup.cfg package_dir)."""
 
 LAYERS = (
-    ("flowsim._version", "flowsim.errors", "flowsim.io_text", "flowsim.units"),
+    ("flowsim._moved", "flowsim._version", "flowsim.errors", "flowsim.io_text", "flowsim.units"),
     ("flowsim.gpu_specs",),
     ("flowsim.kernels",),
     ("flowsim.nccl_models",),
@@ -29,13 +29,11 @@ LAYERS = (
     ("flowsim.capture", "flowsim.explore", "flowsim.export"),
     ("flowsim.calibrate",),
     ("flowsim.validation",),
-    ("flowsim.cli", "flowsim.service", "flowsim", "flowsim._moved"),
+    ("flowsim.cli", "flowsim.service", "flowsim"),
 )
 """Layer order, lowest first: a module may import its own layer and the ones before it. ``flowsim`` is the
-package front (flowsim/__init__.py, its public names loaded lazily): only the front ends use it;
-``flowsim._moved`` is its import machinery (it names modules only as strings, in the old-path table)."""
-FRONT_MACHINERY = ("flowsim._moved",)
-"""Loaded with any flowsim module (the front installs it), whatever the layer."""
+package front (flowsim/__init__.py, its public names loaded lazily): only the front ends use it.
+``flowsim._moved`` (old import paths) names modules only as strings."""
 
 PENDING = {
     # framework profiles (commit 65d6292): config reads model/profiles.py; the profile table moves down to config
@@ -112,7 +110,7 @@ def _layer(module: str):
 
 
 def test_every_module_has_a_layer():
-    assert [m for m in MODULES if _layer(m) is None and m not in FRONT_MACHINERY] == []
+    assert [m for m in MODULES if _layer(m) is None] == []
 
 
 def test_no_import_points_up_a_layer():
@@ -180,7 +178,7 @@ def _loaded_after(statement: str) -> list:
                                                  ("flowsim.kernels", False), ("flowsim.config", True)])
 def test_a_lower_package_loads_without_the_layers_above(package, numba_free):
     loaded = _loaded_after(f"import {package}")
-    above = [m for m in loaded if m.startswith("flowsim.") and m not in FRONT_MACHINERY
+    above = [m for m in loaded if m.startswith("flowsim.")
              and _layer(m) is not None and _layer(m) > _layer(package)]
     assert above == []
     if numba_free:
@@ -218,6 +216,19 @@ print(json.dumps(out))
     for old, (same, caught) in out.items():
         assert same, old
         assert ["DeprecationWarning", f"{old} is deprecated; import {MOVED[old]}"] in caught, (old, caught)
+
+
+def test_moved_names_warn_and_resolve():
+    from flowsim.config.training import MEGATRON_MODULES
+    from flowsim.model import ops, recompute, workload
+
+    with pytest.warns(DeprecationWarning, match=r"^flowsim.model.workload.CommOp is deprecated; import it from "
+                                                 r"flowsim.model.ops$"):
+        assert workload.CommOp is ops.CommOp
+    with pytest.warns(DeprecationWarning, match="import it from flowsim.config.training"):
+        assert recompute.MEGATRON_MODULES is MEGATRON_MODULES
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        workload.nothing
 
 
 def test_no_module_over_800_lines():

@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowsim._moved import module_getattr
+
 POLICIES = ("none", "full", "modules", "op", "every_n")
+
+__getattr__ = module_getattr(__name__)  # MEGATRON_MODULES moved to flowsim.config.training
 
 
 def policy(t) -> str:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsim.model import recompute
+from flowsim._moved import module_getattr
 from flowsim.config import SimConfig
 from flowsim.config.layout import end_chunks
+from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
 from flowsim.model.ops import OpSet, attention, comm, elementwise, finish, gemm, linear, memory, unfused_attention
@@ -36,6 +37,8 @@ from flowsim.model.ops import OpSet, attention, comm, elementwise, finish, gemm,
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
 # gradient buffer writes 4 more.
 ADAM_BYTES_PER_PARAM = 4 + 8 + 8 + 8 + 2 + 4
+
+__getattr__ = module_getattr(__name__)  # CommOp and the FP8 constants moved to flowsim.model.ops
 
 
 @dataclass(frozen=True)
