@@ -162,12 +162,14 @@ def _where_report(w: dict, step_s: float) -> str:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True),
               help="Write a Chrome/Perfetto trace of the step to this file.")
 @click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False),
-              help="Write Chakra execution traces (JSON, one per pipeline stage) into this directory.")
+              help="Write Chakra execution traces (protobuf .et, one per rank, and comm_groups.json) into this "
+                   "directory, for ASTRA-sim.")
+@click.option("--chakra-ranks", metavar="RANKS", help="Only these ranks' traces, e.g. 0,8,16-31 (default: all).")
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
              comm_engine, kernel_fusion, megatron_args, nemo_recipe, hf_config, workload_path, as_json,
-             show_breakdown, trace_path, chakra_dir):
+             show_breakdown, trace_path, chakra_dir, chakra_ranks):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. --megatron-args, --nemo and --hf-config read
@@ -211,7 +213,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     if chakra_dir:
         from flowsim.export.chakra import write_chakra
 
-        write_chakra(result, chakra_dir)
+        write_chakra(result, chakra_dir, ranks=chakra_ranks)
     where = _where(result) if show_breakdown else None
     if as_json:
         applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
