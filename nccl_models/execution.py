@@ -23,6 +23,7 @@ busBw, 400 GB/s algbw on H100 where 2.28+ say 274 and nccl-tests measures 272-27
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from functools import lru_cache
 
@@ -31,6 +32,7 @@ from flowsim.nccl_models.constants import (
     NVLS_CHUNK_BYTES, PCI_BW_GBPS, RING_CHUNK_STEPS, RING_SLICE_STEPS, SIMPLE_MAX_THREADS, SIMPLE_PCI_THREADS,
     SIMPLE_STEP_BYTES, THREAD_THRESHOLD_BYTES, TREE_SIMPLE_THREADS, Algo, Coll, Proto,
 )
+from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.tuning import CostModel, cost_model, n_steps, nccl_time_s
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
@@ -53,6 +55,14 @@ ALLTOALL_NET_EFFICIENCY = 0.80
 h100_16gpu_2node_alltoall_xxrjun.txt, sizes >= 4 GiB: algbw 79-80 GB/s per rank where half the bytes
 cross 8 NICs per node at an assumed 400 Gb/s (100 GB/s per rank): 0.80. The NIC speed of that cluster is
 not stated in the log; the assumption is documented in docs/NCCL.md."""
+
+MNNVL_BW_EFFICIENCY = 1.16
+"""Achieved / NCCL-formula bandwidth inside a multi-node NVLink domain (GB200 NVL72; dimensionless). NCCL prices
+an NVLink5 link at 40 GB/s (18 links: 720 GB/s, ring busBw 720); nccl-tests measures an AllReduce ring over
+one NVL72 rack (72 GPUs, NCCL 2.26.2, NVLS off) at 839.2 and 834.6 GB/s busbw at 4 and 8 GiB: 1.165 and 1.159,
+mean 1.16 (93 % of the 900 GB/s wire). Fitted on gb200_72gpu_1rack_allreduce_mnnvl_coreweave.txt (sizes
+>= 4 GiB); checked on the 2- and 20-rack files. Not applied within one host: Azure's 4-GPU GB200 ring
+(NCCL 2.25.1) measures 679.6 GB/s at 8 GiB, 0.94 of NCCL's figure (docs/NCCL.md, Accuracy, on the conflict)."""
 
 SENDRECV_NET_EFFICIENCY = 0.58
 """Achieved fraction of one NIC's bandwidth for one send/recv pair across nodes (dimensionless). Fitted
@@ -77,19 +87,34 @@ the slope of time vs size in each chunk-size band gives 168 / 218 / 257 / 275 GB
 _NVLS_SHRINK = ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB))
 
 
-def bw_efficiency(layout: CommLayout, algo: Algo | None = None) -> float:
-    """Calibrated achieved / formula bandwidth for a communicator (dimensionless, <= 1).
+def network_bound(layout: CommLayout, algo: Algo | None = None) -> bool:
+    """The NICs bound the collective's bandwidth, so ``NET_BW_EFFICIENCY`` applies (dimensionless rule).
 
-    CollNet (``algo`` CollNetDirect / CollNetChain) takes no ``NET_BW_EFFICIENCY``: the switches reduce, so a
-    node's NICs carry the buffer once each way, half of what NCCL's figure would need to fill them (H100 x 64
-    with SHARP: algbw 195.3 GB/s measured against 8 NICs x 50 GB/s, and against NCCL's 200 GB/s CollNetChain
-    figure, ratio 0.98; h100_64gpu_8node_allreduce_sharp_collnetchain_coreweave.txt, 8 GiB); the NIC's achieved
-    fraction, fitted where the NICs are the bottleneck, does not bind.
+    True across nodes when each node has fewer NICs than the collective's channels (HGX: 8 NICs, 16+ channels:
+    every NIC carries several channels at NCCL's per-NIC speed). False on one node, for CollNet (the switches
+    reduce: a node's NICs carry the buffer once each way, half of what NCCL's figure would need to fill them;
+    H100 x 64 with SHARP: 195.3 GB/s algbw measured at 8 GiB against NCCL's 200 GB/s CollNetChain figure,
+    ratio 0.98, h100_64gpu_8node_allreduce_sharp_collnetchain_coreweave.txt), and when every channel has a NIC
+    of its own (NVL72 racks: 72 NICs, 30 channels), where the NVLink side binds.
+    """
+    if layout.n_nodes == 1 or algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
+        return False
+    return layout.nics_per_node < graphs_of(layout).exec_channels
+
+
+def bw_efficiency(layout: CommLayout, algo: Algo | None = None, *, network: bool = True) -> float:
+    """Calibrated achieved / formula bandwidth for a communicator (dimensionless).
+
+    RCCL on an xGMI mesh (one node) ``RCCL_XGMI_BW_EFFICIENCY``; multi-node NVLink ``MNNVL_BW_EFFICIENCY``; and,
+    with ``network`` (the flow engine puts it on its scale-out links instead), ``NET_BW_EFFICIENCY`` where the
+    NICs bind (:func:`network_bound`; ``algo`` is the algorithm that runs).
     """
     eff = 1.0
     if layout.vendor == "amd" and layout.scaleup_kind == "xgmi_mesh" and layout.n_nodes == 1:
         eff *= RCCL_XGMI_BW_EFFICIENCY
-    if layout.n_nodes > 1 and algo not in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
+    if layout.mnnvl:
+        eff *= MNNVL_BW_EFFICIENCY
+    if network and network_bound(layout, algo):
         eff *= NET_BW_EFFICIENCY
     return eff
 
@@ -148,6 +173,36 @@ def run_channels(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_byte
     return max(1, min(g.exec_channels, int(n_bytes // per_channel)))
 
 
+# Tree chunk shrink ladders, NCCL enqueue.cc (computeColl / calcCollChunking, 2.12 .. 2.30) [recalled from the
+# source, not in the research notes; unverified]: Simple halves the chunk while a channel has fewer than
+# depth x 8 / x 4 / x 1 chunks and the chunk is above 128 / 64 / 32 KiB; LL128 while fewer than
+# nsteps x 64 / ppn and x 16 / ppn chunks and above 128 / 32 KiB, nsteps = 1 + log2(nNodes) + 0.1 ppn.
+_TREE_SIMPLE_SHRINK = ((8, 128 * 1024), (4, 64 * 1024), (1, 32 * 1024))
+_TREE_LL128_SHRINK = ((64, 128 * 1024), (16, 32 * 1024))
+
+
+def tree_depth(layout: CommLayout) -> int:
+    """Hops from the deepest rank to the root of NCCL's tree: the chain inside a node (``ppn - 1``) and the
+    binary tree over the nodes (``ceil(log2(nNodes))``, ``trees.cc`` ``ncclGetBtree``)."""
+    return layout.ranks_per_node - 1 + math.ceil(math.log2(layout.n_nodes))
+
+
+def tree_chunk_bytes(p: Proto, per_channel: float, depth: int, layout: CommLayout) -> float:
+    """NCCL's Tree chunk for ``per_channel`` bytes on a tree of ``depth`` (ranks, root to deepest leaf), bytes."""
+    if p == Proto.LL:
+        return LL_STEP_DATA_BYTES
+    if p == Proto.SIMPLE:
+        chunk, ladder, scale = SIMPLE_STEP_BYTES, _TREE_SIMPLE_SHRINK, depth
+    else:
+        ppn = layout.ranks_per_node
+        chunk = LL128_STEP_DATA_BYTES
+        ladder, scale = _TREE_LL128_SHRINK, (1 + math.log2(layout.n_nodes) + 0.1 * ppn) / ppn
+    for mult, floor in ladder:
+        while per_channel / chunk < scale * mult and chunk > floor:
+            chunk /= 2
+    return chunk
+
+
 def pipeline_fill_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_bytes: float,
                     algbw_Bps: float) -> float:
     """Time for the pipeline to fill before it streams, seconds.
@@ -191,6 +246,13 @@ def pipeline_fill_s(model: CostModel, layout: CommLayout, a: Algo, p: Proto, n_b
         chunk_max, slice_frac = LL128_STEP_DATA_BYTES, 1.0
     else:
         chunk_max, slice_frac = LL_STEP_DATA_BYTES, 1.0
+    if a == Algo.TREE and p == Proto.SIMPLE:
+        # a Simple chunk is stored and forwarded: it goes up the tree and back down, 2 depth - 1 chunk times
+        # before the pipeline streams (LL/LL128 forward each line as its flag arrives: no chunk fill)
+        depth = tree_depth(layout)
+        per_channel = n_bytes / channels
+        chunk = min(tree_chunk_bytes(p, per_channel, depth, layout), per_channel)
+        return (2 * depth - 1) * chunk / (algbw_Bps / channels)
     if a == Algo.RING and not chain:
         per_step = n_bytes / (channels * n)
         bus_Bps = algbw_Bps * n_steps(coll, n) / n

@@ -53,6 +53,9 @@ class CommLayout:
         SHARP-capable fabric): CollNetDirect/CollNetChain, and NVLS across nodes, become available.
     min_ctas, max_ctas : int
         ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS``: bounds on the channels a collective runs on; 0 = NCCL's default.
+    mnnvl : bool
+        Multi-node NVLink: a node (NVLink domain) of the communicator spans several hosts (GB200 NVL72 trays),
+        which NCCL joins into one NVLink clique (:mod:`flowsim.nccl_models.execution`, ``MNNVL_BW_EFFICIENCY``).
     """
 
     n_ranks: int
@@ -71,6 +74,7 @@ class CommLayout:
     collnet: bool = False
     min_ctas: int = 0
     max_ctas: int = 0
+    mnnvl: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "nccl_version", str(parse_nccl_version(self.nccl_version)))

@@ -77,7 +77,7 @@ from flowsim.nccl_models.constants import (
 )
 from flowsim.nccl_models.estimate import COLL_OF_OP, P2P_OPS, CollectiveEstimate, check_size, predict
 from flowsim.nccl_models.execution import (
-    NET_BW_EFFICIENCY, bw_efficiency, execution_layout, nvls_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s,
+    bw_efficiency, execution_layout, nvls_chunk_bytes, tree_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s,
 )
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
@@ -276,8 +276,7 @@ def kernel_rates_Bps(op: str, size_bytes: float, layout: CommLayout, algo: Algo 
         t = alltoall_time_s(layout, size_bytes) if op == "alltoall" else sendrecv_time_s(layout, size_bytes)
         algbw = size_bytes / (t - p2p_latency_s(layout))
     else:
-        eff = bw_efficiency(layout) / (NET_BW_EFFICIENCY if layout.n_nodes > 1 else 1.0)
-        algbw = cost_model(COLL_OF_OP[op], layout).algbw_Bps[algo, proto] * eff
+        algbw = cost_model(COLL_OF_OP[op], layout).algbw_Bps[algo, proto] * bw_efficiency(layout, network=False)
     return np.where(sent_wire_bytes > 0, algbw * sent_wire_bytes / size_bytes, algbw)
 
 
@@ -344,7 +343,7 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo, proto, *,
     if nvls:  # the per-chunk cost of small NVLS chunks (execution.py), not in the plan
         fill_s += nvls_chunk_overhead_s(model, size)
     if a == Algo.NVLS:  # single-node NVLS's measured pipeline depth, which its three stages do not produce
-        fill_s += pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout))
+        fill_s += pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout, a))
     sent = np.bincount(src[src >= 0], weights=payload[src >= 0], minlength=layout.n_ranks) * _WIRE_FACTOR[p]
     return Plan(op, a, p, layout.n_ranks, size, src, dst, payload, channel, step, ptr, idx,
                 np.full(n, (step_lat + fill_s) / depth), base, _WIRE_FACTOR[p], depth,
@@ -526,30 +525,6 @@ def _chunking(n_chunks: int, edges_per_chunk: int, depth: int, chunk_bytes: floa
     return groups, _groups(n_chunks, groups) / n_chunks, depth + groups - 1, 0.0, False
 
 
-# Tree chunk shrink ladders, NCCL enqueue.cc (computeColl / calcCollChunking, 2.12 .. 2.30) [recalled from the
-# source, not in the research notes; unverified]: Simple halves the chunk while a channel has fewer than
-# depth x 8 / x 4 / x 1 chunks and the chunk is above 128 / 64 / 32 KiB; LL128 while fewer than
-# nsteps x 64 / ppn and x 16 / ppn chunks and above 128 / 32 KiB, nsteps = 1 + log2(nNodes) + 0.1 ppn.
-_TREE_SIMPLE_SHRINK = ((8, 128 * 1024), (4, 64 * 1024), (1, 32 * 1024))
-_TREE_LL128_SHRINK = ((64, 128 * 1024), (16, 32 * 1024))
-
-
-def _tree_chunk_bytes(p: Proto, per_channel: float, depth: int, layout: CommLayout) -> float:
-    """NCCL's Tree chunk for ``per_channel`` bytes on a tree of ``depth`` (ranks, root to deepest leaf), bytes."""
-    if p == Proto.LL:
-        return LL_STEP_DATA_BYTES
-    if p == Proto.SIMPLE:
-        chunk, ladder, scale = SIMPLE_STEP_BYTES, _TREE_SIMPLE_SHRINK, depth
-    else:
-        ppn = layout.ranks_per_node
-        chunk = LL128_STEP_DATA_BYTES
-        ladder, scale = _TREE_LL128_SHRINK, (1 + math.log2(layout.n_nodes) + 0.1 * ppn) / ppn
-    for mult, floor in ladder:
-        while per_channel / chunk < scale * mult and chunk > floor:
-            chunk /= 2
-    return chunk
-
-
 def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfers: int):
     """Tree AllReduce: intra-node chains + double binary tree, reduce up then broadcast down."""
     ppn, nn = layout.ranks_per_node, layout.n_nodes
@@ -565,10 +540,13 @@ def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfer
     parent[np.arange(R)[:, None], heads] = np.where(node_parent >= 0, heads[np.arange(R)[:, None], up_node], -1)
     depth = _depth(parent)
     per_channel = size / channels
-    chunk = _tree_chunk_bytes(p, per_channel, depth, layout)
+    chunk = tree_chunk_bytes(p, per_channel, depth, layout)
     n_chunks = max(1, math.ceil(per_channel / chunk))
-    groups, frac, path, fill, stream = _chunking(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth,
-                                                 min(chunk, per_channel), max_transfers)
+    # a streamed tree's fill is NCCL's chunks for Simple (stored and forwarded); LL/LL128 forward each line as
+    # its flag arrives, so their fill is the latency NCCL already charges per hop (execution.pipeline_fill_s)
+    fill_chunk = min(chunk, per_channel) if p == Proto.SIMPLE else 0.0
+    groups, frac, path, fill, stream = _chunking(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth, fill_chunk,
+                                                 max_transfers)
     return (*_pipelined(parent, groups, frac, size, True, True, stream), path, fill)
 
 

@@ -28,6 +28,7 @@ MI300X = dict(compute_capability=94, vendor="amd", scaleup_kind="xgmi_mesh", sca
               scaleup_links=7, cpu="amd")
 MI355X = dict(MI300X, compute_capability=95, scaleup_Bps=537.6e9)
 NIC400 = dict(nics_per_node=8, nic_Bps=50e9)   # 8 x 400 Gb/s per node
+NVL72 = dict(GB200, mnnvl=True, nics_per_node=72, nic_Bps=50e9)  # a rack: 18 trays x 4 GPUs x 400 Gb/s (CoreWeave)
 NIC200 = dict(nics_per_node=8, nic_Bps=25e9)   # GCP A3 Mega: 8 x 200 Gb/s GPUDirect-TCPXO
 
 # (file, section, layout, NCCL_ALGO of the run, GPUs per process stated, max median |err| >= 1 MiB,
@@ -36,6 +37,9 @@ CASES = [
     ("a100_8gpu_allreduce_azure_nda100v4.txt", 0, CommLayout(8, 1, cpu="amd", **A100), None, None, 0.22, 1.75),
     ("a100_8gpu_allreduce_sxm4_80gb_g8.txt", 0, CommLayout(8, 1, **A100), None, 8, 0.41, 0.02),
     ("gb200_4gpu_allreduce_ring_azure_ndgb200v6.txt", 0, CommLayout(4, 1, **GB200), "ring", None, 0.07, 0.60),
+    ("gb200_72gpu_1rack_allreduce_mnnvl_coreweave.txt", 0, CommLayout(72, 1, **NVL72), None, 1, 0.03, None),
+    ("gb200_144gpu_2rack_allreduce_coreweave.txt", 0, CommLayout(144, 2, **NVL72), None, 1, 0.02, None),
+    ("gb200_1440gpu_20rack_allreduce_coreweave.txt", 0, CommLayout(1440, 20, **NVL72), None, 1, 0.12, None),
     ("h100_16gpu_2node_alltoall_xxrjun.txt", 0, CommLayout(16, 2, **NIC400, **H100), None, 1, 0.40, None),
     ("h100_16gpu_2node_alltoall_xxrjun.txt", 1, CommLayout(16, 2, **NIC400, **H100), None, None, 0.08, None),
     ("h100_16gpu_2node_gcp_a3mega_allreduce.txt", 0, CommLayout(16, 2, **NIC200, **H100), None, 1, 1.15, 3.95),
