@@ -130,7 +130,11 @@ def worker(db, lease_s, scheduler, max_jobs, exit_when_idle):
     from flowsim.service.db import open_db
     from flowsim.service.worker import WorkerLoop
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    job_log = logging.getLogger("flowsim.service.worker")
+    job_log.addHandler(handler)
+    job_log.setLevel(logging.INFO)
     loop = WorkerLoop(open_db(db), lease_s=lease_s, scheduler=scheduler)
     signal.signal(signal.SIGTERM, loop.stop)
     signal.signal(signal.SIGINT, loop.stop)

@@ -82,6 +82,7 @@ def test_presets(alice):
     p = alice.get("/v1/presets").json()
     assert "llama3-8b" in p["models"] and "dgx-h100" in p["clusters"] and "h100-sxm" in p["gpus"]
     assert set(p["job_kinds"]) == {"estimate", "tune", "sweep", "validate", "collective", "calibrate"}
+    assert "megatron-core" in p["frameworks"] and p["frameworks"]["megatron-core"]
 
 
 def test_estimate_is_the_cli_json(alice):
