@@ -50,6 +50,7 @@ MOVED = {
     "flowsim.simulate": "flowsim.step.simulate",
     # issue 14: layers at import time
     "flowsim.model.device_memory": "flowsim.step.memory",
+    "flowsim.model.profiles": "flowsim.config.profiles",
     "flowsim.validation.trace_events": "flowsim.kernels.trace_events",
 }
 """Old dotted module path -> the module that holds it now."""

@@ -36,9 +36,6 @@ package front (flowsim/__init__.py, its public names loaded lazily): only the fr
 ``flowsim._moved`` (old import paths) names modules only as strings."""
 
 PENDING = {
-    # framework profiles (commit 65d6292): config reads model/profiles.py; the profile table moves down to config
-    ("flowsim.config.loader", "flowsim.model.profiles"),
-    ("flowsim.config.training", "flowsim.model.profiles"),
     # host-cost data (commit 8f2dbb7): model/host_costs.py prices with step/host.py's numba queue
     ("flowsim.model.host_costs", "flowsim.step.host"),
     # validate (validation/runs.py): simulate through flowsim.step.simulate, not the package front

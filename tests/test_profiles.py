@@ -1,4 +1,4 @@
-"""Framework profiles (flowsim.model.profiles): sourced defaults per release, explicit keys win, bad names."""
+"""Framework profiles (flowsim.config.profiles): sourced defaults per release, explicit keys win, bad names."""
 import csv
 from importlib import resources
 
@@ -8,13 +8,13 @@ from click.testing import CliRunner
 import flowsim
 from flowsim.cli import main
 from flowsim.errors import ConfigError
-from flowsim.model.profiles import PROFILE_KEYS, frameworks, profile, releases
+from flowsim.config.profiles import PROFILE_KEYS, frameworks, profile, releases
 
 BASE = {"model": "gpt3-175b", "cluster": "dgx-h100", "gpus": 64, "tp": 8, "pp": 8}
 
 
 def _file_rows():
-    text = resources.files("flowsim.model").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
+    text = resources.files("flowsim.config").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
     return list(csv.DictReader(text.splitlines()))
 
 

@@ -30,7 +30,7 @@ EXPERT_RANK_ORDERS = ("tp-ep-dp-pp", "tp-cp-ep-dp-pp")
 """
 
 LEGACY_EXPERT_RELEASES = {
-    # framework_version (flowsim.model.profiles) -> Megatron-core release it runs, all before core_r0.10.0
+    # framework_version (flowsim.config.profiles) -> Megatron-core release it runs, all before core_r0.10.0
     "megatron-lm-2021-04": "before Megatron-core",
     "megatron-lm-core_r0.8": "core_r0.8",
     "mlperf-v3.1-nemo": "NeMo of 2023 (Megatron-core < 0.5)",

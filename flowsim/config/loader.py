@@ -208,13 +208,13 @@ def _flatten(data: Mapping, into: dict) -> None:
 
 
 def _apply_profile(values: dict, explicit: dict) -> tuple:
-    """Fill the framework profile's defaults (:mod:`flowsim.model.profiles`) into ``values`` wherever the
+    """Fill the framework profile's defaults (:mod:`flowsim.config.profiles`) into ``values`` wherever the
     config sources did not set the key (``explicit``: the merged user keys per section; preset values yield to
     the profile); returns the ``(key, value)`` pairs filled."""
     t = values["training"]
     if not t.get("framework"):
         return ()
-    from flowsim.model.profiles import canonical_framework, profile
+    from flowsim.config.profiles import canonical_framework, profile
 
     t["framework"] = canonical_framework(t["framework"])
     prof = profile(t["framework"], t.get("framework_version", ""))

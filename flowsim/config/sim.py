@@ -18,7 +18,7 @@ class SimConfig:
     Build it with :func:`flowsim.config.load_config`; ``resolved()`` fills the derived fields
     (data-parallel size, sequence length, global batch) and ``validate()`` checks every rule.
     ``framework_defaults`` lists the ``(key, value)`` pairs the framework profile filled in
-    (:mod:`flowsim.model.profiles`; set by ``build_config``).
+    (:mod:`flowsim.config.profiles`; set by ``build_config``).
     """
 
     model: ModelConfig

@@ -152,7 +152,7 @@ class TrainingConfig:
         op of a norm, activation, rotary embedding, residual and loss is a kernel of its own that reads and
         writes its tensors; :mod:`flowsim.eager_ops`).
     framework, framework_version : str
-        The training framework and its release (:mod:`flowsim.model.profiles`; ``nemo`` and ``megatron-bridge``
+        The training framework and its release (:mod:`flowsim.config.profiles`; ``nemo`` and ``megatron-bridge``
         are ``megatron-core``): the release's documented defaults fill every key the config does not set.
         Empty (default): no profile.
     software_release : str
@@ -358,7 +358,7 @@ class TrainingConfig:
             if getattr(self, key) not in allowed:
                 raise ConfigError(key, f"must be one of {', '.join(allowed)}", getattr(self, key))
         if self.framework:
-            from flowsim.model.profiles import profile
+            from flowsim.config.profiles import profile
 
             profile(self.framework, self.framework_version)  # an unknown framework or release raises
         elif self.framework_version:

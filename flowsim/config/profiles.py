@@ -66,7 +66,7 @@ class Profile(NamedTuple):
 
 @functools.lru_cache(maxsize=1)
 def _rows() -> tuple:
-    text = resources.files("flowsim.model").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
+    text = resources.files("flowsim.config").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
     out = []
     for r in csv.DictReader(text.splitlines()):
         defaults = tuple((sec, key, conv(r[col].strip())) for col, (sec, key, conv) in PROFILE_KEYS.items()
