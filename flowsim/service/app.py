@@ -24,7 +24,6 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import Engine
 
-import flowsim
 from flowsim._version import __version__
 from flowsim.errors import ConfigError
 from flowsim.service import kinds, queue, uploads
@@ -200,7 +199,7 @@ def create_app(engine: Engine, limits: Limits = Limits()) -> FastAPI:
     def estimate(config: dict = Body(..., description="A config mapping (Megatron names, aliases, presets)."),
                  who: Caller = Depends(caller)):
         """One training step, synchronously: what ``flowsim estimate --json`` prints."""
-        return kinds.jsonable(flowsim.simulate(config).to_dict())
+        return kinds.estimate_json(config)
 
     @app.post("/v1/jobs", tags=["jobs"], status_code=202)
     def submit(body: dict = Body(..., description='{"kind": ..., "config": {...}} (see flowsim.service.kinds)'),

@@ -80,6 +80,21 @@ def _only(body: Mapping, allowed: tuple) -> None:
         raise ConfigError(extra[0], f"unknown job field; this kind takes {', '.join(allowed)}")
 
 
+def estimate_json(config: Mapping) -> dict:
+    """What ``flowsim estimate --json`` prints for ``config``: the same keys in the same order (the API test
+    compares the two). Raises ConfigError for a bad config, InvariantError for a result that breaks an invariant."""
+    from flowsim.cli.common import OUTPUT_SCHEMA_VERSION
+    from flowsim.step.invariants import check_result
+
+    cfg = flowsim.build_config(dict(config))
+    r = flowsim.simulate(cfg)
+    check_result(r)
+    applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
+    return jsonable({"schema_version": OUTPUT_SCHEMA_VERSION, "flowsim_version": __version__, **r.to_dict(),
+                     "memory_bytes_per_gpu": r.memory_bytes_per_gpu, "memory_capacity_bytes": r.memory_capacity_bytes,
+                     **applied})
+
+
 def estimate_key(config: Mapping) -> str:
     """Key of an estimate of ``config`` (checked: raises ConfigError)."""
     from flowsim.explore.point import config_key
@@ -206,7 +221,7 @@ class Context:
 def run(kind: str, params: Mapping, ctx: Context) -> dict:
     """Compute the result of a prepared job (a JSON-ready dict)."""
     if kind == "estimate":
-        return jsonable(flowsim.simulate(params["config"]).to_dict())
+        return estimate_json(params["config"])
     if kind == "tune":
         return jsonable(_run_tune(params, ctx))
     if kind == "sweep":

@@ -79,7 +79,9 @@ def test_no_or_unknown_token_is_401(server, path):
 
 
 def test_presets(alice):
-    p = alice.get("/v1/presets").json()
+    r = alice.get("/v1/presets")
+    assert r.status_code == 200, r.text
+    p = r.json()
     assert "llama3-8b" in p["models"] and "dgx-h100" in p["clusters"] and "h100-sxm" in p["gpus"]
     assert set(p["job_kinds"]) == {"estimate", "tune", "sweep", "validate", "collective", "calibrate"}
     assert "megatron-core" in p["frameworks"] and p["frameworks"]["megatron-core"]
