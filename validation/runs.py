@@ -31,7 +31,7 @@ the built-in cluster preset with the same GPU (the job is skipped when there is 
 layout (tp, pp, dp, cp), GPU count, batch or model size is empty is skipped.
 
 Runs schema v2 (optional framework-setting columns): a ``framework_version`` that flowsim has a profile of
-(:mod:`flowsim.model.profiles`) selects that release's defaults; every filled :data:`V2_SETTINGS` cell sets its
+(:mod:`flowsim.config.profiles`) selects that release's defaults; every filled :data:`V2_SETTINGS` cell sets its
 config key and overrides the profile (an empty cell leaves the profile's default, or flowsim's without a
 profile). Each row's assumptions say which settings came from the row and which from the profile. A cell with a
 wrong value (``overlap_grad_reduce: 2``, ``attention_impl: fast``) skips its row with a one-line reason naming
@@ -387,7 +387,7 @@ def _v2_settings(row: Mapping, assumptions: list) -> dict:
     out, stated = {}, []
     release = str(row.get("framework_version", "") or "")
     if release:
-        from flowsim.model.profiles import find_release
+        from flowsim.config.profiles import find_release
 
         prof = find_release(release)
         if prof is not None:

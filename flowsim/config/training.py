@@ -353,10 +353,13 @@ class TrainingConfig:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
         if self.cp > 1 and not self.use_flash_attn:
             raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
-        for key, allowed in (("grad_reduce_dtype", GRAD_REDUCE_DTYPES), ("cuda_graphs", CUDA_GRAPH_SCOPES),
-                             ("host_overhead", HOST_MODES)):
-            if getattr(self, key) not in allowed:
-                raise ConfigError(key, f"must be one of {', '.join(allowed)}", getattr(self, key))
+        if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+            raise ConfigError("grad_reduce_dtype", f"must be one of {', '.join(GRAD_REDUCE_DTYPES)}",
+                              self.grad_reduce_dtype)
+        if self.cuda_graphs not in CUDA_GRAPH_SCOPES:
+            raise ConfigError("cuda_graphs", f"must be one of {', '.join(CUDA_GRAPH_SCOPES)}", self.cuda_graphs)
+        if self.host_overhead not in HOST_MODES:
+            raise ConfigError("host_overhead", f"must be one of {', '.join(HOST_MODES)}", self.host_overhead)
         if self.framework:
             from flowsim.config.profiles import profile
 
