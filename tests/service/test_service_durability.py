@@ -104,3 +104,42 @@ def test_two_workers_never_run_the_same_job(db_url):
         assert set(s.execute(select(Job.state, Job.attempts)).all()) == {("done", 1)}
         assert s.scalar(select(func.count()).select_from(Result)) == N_COMPETING
     engine.dispose()
+
+
+def _metric(client, name: str) -> float:
+    line = next(x for x in client.get("/metrics").text.splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def test_embedded_pool_scales_with_the_queue(sqlite_url):
+    server = Server(sqlite_url, "0:2").start()  # no worker while the queue is empty
+    try:
+        with server.client(make_token(sqlite_url, "alice")) as alice:
+            assert _metric(alice, "flowsim_workers") == 0
+            ids = [alice.post("/v1/jobs", json={"kind": "collective", "config": {
+                "op": "allreduce", "cluster": "dgx-h100", "sizes": str(4096 * (i + 1))}}).json()["id"]
+                for i in range(4)]
+            wait_for(lambda: all(alice.get(f"/v1/jobs/{i}").json()["state"] == "done" for i in ids), 180,
+                     "the pool's workers to run the jobs")
+            wait_for(lambda: _metric(alice, "flowsim_workers") == 0, 60, "the pool to scale back to 0")
+            assert _metric(alice, 'flowsim_jobs{state="done"}') == 4
+    finally:
+        server.stop()
+
+
+def test_cancelling_a_running_tune_stops_its_worker(sqlite_url):
+    server = Server(sqlite_url).start()
+    try:
+        with server.client(make_token(sqlite_url, "alice")) as alice:
+            job_id = alice.post("/v1/jobs", json=TUNE).json()["id"]
+            worker = start_worker(sqlite_url, "--exit-when-idle")
+            wait_for(lambda: 0 < alice.get(f"/v1/jobs/{job_id}").json()["progress"] < 0.6, 120, "the tune to start")
+            assert alice.delete(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
+            assert worker.wait(60) == 0
+            (line,) = JOB_LINE.findall(worker.stderr.read().decode())
+            assert line == (job_id, "tune", "abandoned")
+            job = alice.get(f"/v1/jobs/{job_id}").json()
+            assert job["state"] == "cancelled" and job["progress"] < 1
+            assert alice.get(f"/v1/jobs/{job_id}/result").status_code == 409
+    finally:
+        server.stop()
