@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.cli.common import echo_json, format_table, notice_first_compile, user_errors
 from flowsim.cli.tune_cmd import execution_options
 
 
@@ -50,8 +50,12 @@ def sweep(study_file, as_json, as_csv, plot, db, jobs, scheduler, no_progress):
     from flowsim.explore.store import ResultStore
     from flowsim.explore.study import load_study
     from flowsim.explore.sweep import run_study
+    from flowsim.io_text import check_output_file
 
+    if plot:
+        check_output_file(plot, "--plot")  # before the sweep, not after it
     study = load_study(study_file)
+    notice_first_compile()
     with ResultStore(db) as store:
         res = run_study(study, store=store, jobs=jobs, scheduler=scheduler, progress=not no_progress)
     if plot:

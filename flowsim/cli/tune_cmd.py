@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.cli.common import echo_json, format_table, notice_first_compile, user_errors
 from flowsim.cli.estimate import _parse_set
 from flowsim.config import list_presets
 
@@ -129,7 +129,11 @@ def tune(model, cluster, gpu, num_gpus, gbs, seq, precision, sets, tp, pp, cp, e
     from flowsim.explore.space import LayoutSpace
     from flowsim.explore.store import ResultStore
     from flowsim.explore.tune import job_config, tune as run_tune
+    from flowsim.io_text import check_output_file
 
+    if plot:
+        check_output_file(plot, "--plot")  # before the search, not after it
+    notice_first_compile()
     job = {k: v for k, v in dict(model=model, cluster=cluster, gpu=gpu, gpus=num_gpus, gbs=gbs, seq=seq,
                                  precision=precision).items() if v is not None}
     job.update(_parse_set(sets))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from flowsim.errors import ConfigError
+from flowsim.explore.lifetime import bind_to_parent, sigterm_as_exit, terminate_workers
 from flowsim.explore.point import Outcome, config_dict, config_key, evaluate
 from flowsim.explore.store import ResultStore
 
@@ -24,41 +25,27 @@ DASK_CONNECT_TIMEOUT_S = 10.0
 
 
 class Progress:
-    """A progress line on stderr: done/total, percent, points per second and ETA.
+    """A tqdm progress bar on stderr: done/total, percent, points per second and ETA (``total`` None: a count).
 
-    On a terminal the line is redrawn in place (at most 10 times a second); otherwise a line is
-    printed every 10 s and at the end, so logs stay short.
+    On a terminal the bar is redrawn in place (at most 10 times a second); otherwise a line is printed at
+    most every 10 s and at the end, so logs stay short.
     """
 
-    def __init__(self, total: int, label: str, enabled: bool = True, stream=None):
-        self.total, self.label, self.enabled = total, label, enabled and total > 0
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.done = 0
-        self.start_s = time.perf_counter()
-        self._last_s = 0.0
+    def __init__(self, total: int | None, label: str, enabled: bool = True, stream=None, unit: str = "point"):
+        from tqdm import tqdm
+
+        stream = stream or sys.stderr
+        tty = hasattr(stream, "isatty") and stream.isatty()
+        self.bar = tqdm(total=total, desc=label, unit=unit, file=stream, disable=not enabled or total == 0,
+                        mininterval=0.1 if tty else 10.0, dynamic_ncols=tty, leave=True)
 
     def advance(self, n: int) -> None:
         """Count ``n`` more points done and redraw if due."""
-        self.done += n
-        now = time.perf_counter()
-        if self.enabled and now - self._last_s >= (0.1 if self.tty else 10.0):
-            self._last_s = now
-            self._draw(now, end="\r" if self.tty else "\n")
+        self.bar.update(n)
 
     def close(self) -> None:
-        """Draw the final line (nothing when nothing was done)."""
-        if self.enabled and self.done:
-            self._draw(time.perf_counter(), end="\n")
-
-    def _draw(self, now: float, end: str) -> None:
-        elapsed = max(now - self.start_s, 1e-9)
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-        eta_txt = f"{eta:5.0f} s" if eta != float("inf") else "    ? s"
-        self.stream.write(f"{self.label} {self.done}/{self.total} ({100 * self.done / self.total:5.1f}%)  "
-                          f"{rate:7.1f} points/s  ETA {eta_txt}   {end}")
-        self.stream.flush()
+        """Draw the final line."""
+        self.bar.close()
 
 
 @dataclass(frozen=True)
@@ -140,8 +127,9 @@ def _batches(configs: list, jobs: int) -> list:
 _KNOWN = (frozenset(), {})  # (stored keys, known memory-pruned keys) of a worker process
 
 
-def _init_worker(stored: frozenset, known_pruned: dict) -> None:
+def _init_worker(stored: frozenset, known_pruned: dict, parent_pid: int) -> None:
     global _KNOWN
+    bind_to_parent(parent_pid)  # the worker ends with the sweep, even one killed with SIGKILL
     _KNOWN = (stored, known_pruned)
 
 
@@ -160,14 +148,18 @@ def _run_local(batches: list, stored: frozenset, known_pruned: dict, jobs: int,
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     if ctx.get_start_method() == "fork":
         run(batches[0][:1], frozenset(), False, None)  # JIT-compiled kernels and caches go to the forked workers
-    ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                             initargs=(stored, known_pruned))
-    try:
-        futures = [ex.submit(_evaluate_in_worker, b, prune_memory, isolate) for b in batches]
-        for f in as_completed(futures):
-            yield f.result()
-    finally:
-        ex.shutdown(wait=True, cancel_futures=True)
+    with sigterm_as_exit():  # SIGTERM shuts the pool down through the finally below
+        ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(stored, known_pruned, os.getpid()))
+        try:
+            futures = [ex.submit(_evaluate_in_worker, b, prune_memory, isolate) for b in batches]
+            for f in as_completed(futures):
+                yield f.result()
+        except BaseException:  # SIGTERM, Ctrl-C, a failed batch or a consumer that stopped: no batch is awaited
+            terminate_workers(ex)
+            raise
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
 
 
 def dask_address(scheduler: str) -> str:

@@ -29,12 +29,30 @@ import pandas as pd
 from flowsim._version import __version__
 from flowsim.errors import ConfigError
 from flowsim.explore.point import PointResult
+from flowsim.io_text import check_output_file
 
 SCHEMA = "flowsim-results"
 SCHEMA_VERSION = "1"
 _SQLITE_MAGIC = b"SQLite format 3\x00"  # first 16 bytes of every SQLite 3 file (sqlite.org/fileformat.html)
+# How long one statement waits for another process's lock (sqlite3.connect timeout), and how often an
+# operation that SQLite answers with SQLITE_BUSY at once (journal-mode switch) is retried: generous, since a
+# sweep's writers hold the lock only for one short transaction each.
+BUSY_TIMEOUT_S = 60.0
+BUSY_RETRIES = 50
 _COLUMNS = ("key", "flowsim_version", "created_s", "study", "model", "gpu", "num_gpus", "step_time_s",
             "tokens_per_s", "mfu", "memory_bytes_per_gpu", "fits_memory", "config_json", "point_json")
+
+
+def _retry_busy(action, attempts: int = BUSY_RETRIES):
+    """Run ``action()``, again after a short pause while SQLite reports the file busy or locked
+    (``SQLITE_BUSY``: a concurrent opener switching the journal mode, where the busy timeout does not wait)."""
+    for i in range(attempts):
+        try:
+            return action()
+        except sqlite3.OperationalError as e:
+            if i == attempts - 1 or not any(w in str(e) for w in ("locked", "busy")):
+                raise
+            time.sleep(0.05 * (i + 1))
 
 
 def default_path() -> Path:
@@ -80,46 +98,77 @@ class ResultStore:
         if not create and not self.path.exists():
             raise ConfigError("db", "no results database here yet (flowsim tune and sweep create it)", str(self.path))
         _check_foreign(self.path)
+        if path is None:  # the default location: its cache folder is ours to make
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError("db", f"cannot create the cache folder: {e.strerror}", str(self.path)) from None
+        elif not self.path.exists():
+            check_output_file(self.path, "db")  # a folder the user named must exist: none is created
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0)
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
         except (OSError, sqlite3.Error) as e:
             raise ConfigError("db", f"cannot open: {e}", str(self.path)) from None
         try:
-            self._init_schema()
+            _retry_busy(self._init_schema)
+        except ConfigError:
+            self._db.close()
+            raise
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise ConfigError("db", f"is not a usable flowsim results database ({e})", str(self.path)) from None
 
+    def _tables(self) -> set:
+        return {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
     def _init_schema(self) -> None:
+        """Check the store's schema, creating it in one write transaction if it is missing.
+
+        Safe under concurrent openers of a new file: WAL is set first (retried while another opener holds the
+        file), then ``BEGIN IMMEDIATE`` takes the write lock (waiting up to the busy timeout), the tables are
+        looked up again inside it and created with ``IF NOT EXISTS``, and the marker rows are written in the
+        same transaction, so no opener ever sees the tables without their schema rows.
+        """
         db = self._db
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if tables and "flowsim_meta" not in tables:
-            db.close()
-            raise ConfigError("db", "is an SQLite database that flowsim did not create (tables: "
-                              f"{', '.join(sorted(tables))}); nothing was written to it", str(self.path))
-        if tables:
-            meta = dict(db.execute("SELECT name, value FROM flowsim_meta"))
-            if meta.get("schema") != SCHEMA or meta.get("schema_version") != SCHEMA_VERSION:
-                db.close()
-                raise ConfigError("db", f"has schema {meta.get('schema')} v{meta.get('schema_version')}, "
-                                  f"expected {SCHEMA} v{SCHEMA_VERSION}", str(self.path))
+        self._refuse_foreign(self._tables())  # before anything is written, the journal mode included
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: committed rows survive a killed process
+        if not {"flowsim_meta", "points", "memory_pruned"} <= self._tables():
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._create_schema()
+            except BaseException:
+                db.rollback()
+                raise
+            db.commit()
+        meta = dict(db.execute("SELECT name, value FROM flowsim_meta"))
+        if meta.get("schema") != SCHEMA or meta.get("schema_version") != SCHEMA_VERSION:
+            raise ConfigError("db", f"has schema {meta.get('schema')} v{meta.get('schema_version')}, "
+                              f"expected {SCHEMA} v{SCHEMA_VERSION}", str(self.path))
+
+    def _refuse_foreign(self, tables: set) -> None:
+        if tables and "flowsim_meta" not in tables:
+            raise ConfigError("db", "is an SQLite database that flowsim did not create (tables: "
+                              f"{', '.join(sorted(tables))}); nothing was written to it", str(self.path))
+
+    def _create_schema(self) -> None:
+        """Inside the open write transaction: refuse a foreign database, else create what is missing."""
+        db = self._db
+        tables = self._tables()
+        self._refuse_foreign(tables)
         if not tables:
-            with db:
-                db.execute("CREATE TABLE flowsim_meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                db.executemany("INSERT INTO flowsim_meta VALUES (?, ?)",
-                               [("schema", SCHEMA), ("schema_version", SCHEMA_VERSION)])
-                db.execute("CREATE TABLE points(key TEXT PRIMARY KEY, flowsim_version TEXT NOT NULL, "
-                           "created_s REAL NOT NULL, study TEXT, model TEXT, gpu TEXT, num_gpus INTEGER, "
-                           "step_time_s REAL NOT NULL, tokens_per_s REAL, mfu REAL, "
-                           "memory_bytes_per_gpu REAL, fits_memory INTEGER, config_json TEXT NOT NULL, "
-                           "point_json TEXT NOT NULL)")
-                db.execute("CREATE INDEX points_study ON points(study)")
-        with db:  # added to schema v1 after its first release: created in older stores on open
-            db.execute("CREATE TABLE IF NOT EXISTS memory_pruned(key TEXT PRIMARY KEY, "
-                       "memory_bytes_per_gpu REAL NOT NULL)")
+            db.execute("CREATE TABLE IF NOT EXISTS flowsim_meta(name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            db.executemany("INSERT OR IGNORE INTO flowsim_meta VALUES (?, ?)",
+                           [("schema", SCHEMA), ("schema_version", SCHEMA_VERSION)])
+            db.execute("CREATE TABLE IF NOT EXISTS points(key TEXT PRIMARY KEY, flowsim_version TEXT NOT NULL, "
+                       "created_s REAL NOT NULL, study TEXT, model TEXT, gpu TEXT, num_gpus INTEGER, "
+                       "step_time_s REAL NOT NULL, tokens_per_s REAL, mfu REAL, "
+                       "memory_bytes_per_gpu REAL, fits_memory INTEGER, config_json TEXT NOT NULL, "
+                       "point_json TEXT NOT NULL)")
+            db.execute("CREATE INDEX IF NOT EXISTS points_study ON points(study)")
+        # added to schema v1 after its first release: created in older stores on open
+        db.execute("CREATE TABLE IF NOT EXISTS memory_pruned(key TEXT PRIMARY KEY, "
+                   "memory_bytes_per_gpu REAL NOT NULL)")
 
     def close(self) -> None:
         """Close the connection (committed rows are already on disk)."""
