@@ -316,7 +316,7 @@ def test_cli_json(cli, shared_data):
     res = cli("validate", str(shared_data / RUNS), "--json", "--only-ids", "1,205")
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
-    assert set(d) == {"rows", "summary", "skipped"}
+    assert set(d) == {"schema_version", "flowsim_version", "rows", "summary", "skipped"}
     assert [r["id"] for r in d["rows"]] == [1]
     assert {"id", "predicted_step_time_s", "measured_step_time_s", "error_pct"} <= set(d["rows"][0])
     assert d["summary"]["n"] == 1 and d["summary"]["spearman"] is None

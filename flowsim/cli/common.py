@@ -93,6 +93,37 @@ def _numeric(s: str) -> bool:
         return False
 
 
+FIRST_COMPILE_NOTE = ("note: compiling flowsim's numba kernels on first use (about a minute on 2 cores, once: "
+                      "they are cached afterwards)")
+"""Printed when numba starts compiling; 51 s measured for `flowsim estimate` with an empty cache on this
+project's 2-core machine (NUMBA_CACHE_DIR pointed at an empty folder)."""
+
+
+_COMPILE_NOTICE: list = []  # the listener, once registered in this process
+
+
+def notice_first_compile() -> None:
+    """Print :data:`FIRST_COMPILE_NOTE` on stderr the first time numba compiles a kernel in this process
+    (numba's ``numba:compile`` event; a warm cache compiles nothing and prints nothing)."""
+    if _COMPILE_NOTICE:
+        return
+    from numba.core import event
+
+    class _Notice(event.Listener):
+        printed = False
+
+        def on_start(self, ev):
+            if not self.printed:
+                self.printed = True
+                click.echo(FIRST_COMPILE_NOTE, err=True)
+
+        def on_end(self, ev):
+            pass
+
+    _COMPILE_NOTICE.append(_Notice())
+    event.register("numba:compile", _COMPILE_NOTICE[0])
+
+
 def warn(msg: str) -> None:
     """Print a warning line on stderr."""
     click.echo(f"warning: {msg}", err=True)

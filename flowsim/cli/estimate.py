@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.cli.common import echo_json, format_table, notice_first_compile, user_errors
 from flowsim.config import ALIASES, list_presets
 from flowsim.config.training import SCHEDULES
 from flowsim.errors import ConfigError
@@ -198,6 +198,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     from flowsim.config import build_config
     from flowsim.step.simulate import simulate
 
+    notice_first_compile()
     imported = _imported(megatron_args, nemo_recipe, hf_config)
     if trace_path:
         check_output_file(trace_path, "--trace")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from flowsim.cli.common import user_errors
+from flowsim.cli.common import notice_first_compile, user_errors
 
 QUICK_RUN_IDS = (1, 2, 3)
 """Runs-CSV rows of ``--quick``."""
@@ -26,6 +26,7 @@ def report(out_dir, data_dir, quick):
     """
     from flowsim.validation.report import NCCL_DATASETS, TRACES, run_report, write_report
 
+    notice_first_compile()
     if quick:
         result = run_report(data_dir, run_ids=QUICK_RUN_IDS, nccl=NCCL_DATASETS[:1], traces=(QUICK_TRACE,),
                             simai=False)

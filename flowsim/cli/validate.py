@@ -1,11 +1,12 @@
 """``flowsim validate``: predicted against measured step times of the runs in a runs-schema-v1 CSV."""
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from flowsim.cli.common import echo_json, format_table, user_errors
+from flowsim.cli.common import echo_json, format_table, notice_first_compile, user_errors
 from flowsim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -103,7 +104,22 @@ def validate(runs_csv, as_json, only_ids, report_dir):
     """
     from flowsim.validation.runs import validate_runs
 
-    report = validate_runs(runs_csv, only_ids=_parse_ids(only_ids))
+    import flowsim
+    from flowsim.explore.runner import Progress
+
+    notice_first_compile()
+    bar = Progress(None, "validate", sys.stderr.isatty(), unit="run")  # rows simulated; a terminal only
+
+    def simulate(cfg):
+        try:
+            return flowsim.simulate(cfg)
+        finally:
+            bar.advance(1)
+
+    try:
+        report = validate_runs(runs_csv, simulate, only_ids=_parse_ids(only_ids))
+    finally:
+        bar.close()
     if as_json:
         echo_json(report.to_dict())
     else:
