@@ -93,7 +93,7 @@ def test_after_runs_a_stream_in_turn():
 
 
 MIXTRAL = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=32, gpus_per_node=4, nics_per_node=1, pp=2, ep=8,
-               gbs=32, seq=4096, distributed_optimizer=True)
+               gbs=32, seq=4096, distributed_optimizer=True, moe_imbalance_factor=1.0)  # perfectly even routing
 
 
 def test_window_traffic_counts_the_sends_and_all_to_alls_of_the_window():
