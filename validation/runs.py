@@ -35,7 +35,9 @@ Runs schema v2 (optional framework-setting columns): a ``framework_version`` tha
 config key and overrides the profile (an empty cell leaves the profile's default, or flowsim's without a
 profile). Each row's assumptions say which settings came from the row and which from the profile. A cell with a
 wrong value (``overlap_grad_reduce: 2``, ``attention_impl: fast``) skips its row with a one-line reason naming
-the column and the allowed values. v1 files (no such columns) map as before.
+the column and the allowed values. A filled ``power_limit_w`` sets the cluster's ``power_limit_w`` (compute ceilings
+derated, :mod:`flowsim.kernels.power`); ``framework_version`` also names the software release the kernels are
+priced on (:mod:`flowsim.kernels.stack`). v1 files (no such columns) map as before.
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ V2_SETTING_COLUMNS = ("attention_impl", "attention_dropout", "hidden_dropout", "
                       "overlap_param_gather", "tp_comm_overlap", "cuda_graphs", "torch_compile", "grad_reduce_dtype")
 """Framework-setting columns of runs schema v2 that map to config keys through :data:`V2_SETTINGS` (read as
 text, each cell checked when its row is mapped, so a bad cell skips only its row)."""
-V2_NUMERIC_COLUMNS = ("etp",)
+V2_NUMERIC_COLUMNS = ("etp", "power_limit_w")
 V2_TEXT_COLUMNS = ("framework_version", "moe_token_dispatcher") + V2_SETTING_COLUMNS
 """Optional framework-setting columns of runs schema v2 that the validation loop reads (an absent column reads as
 empty cells)."""
@@ -474,6 +476,8 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
         cluster.update(gpus_per_node=host, nvlink_domain=gpus_per_node, nics_per_node=host, cpu="arm")
     else:
         cluster.update(gpus_per_node=gpus_per_node, nics_per_node=gpus_per_node)
+    if _known(row.get("power_limit_w", math.nan)):
+        cluster["power_limit_w"] = row["power_limit_w"]  # a non-default board power limit (schema v2)
     if _known(row["nic_gbps_per_gpu"]):
         cluster["nic_gbps"] = row["nic_gbps_per_gpu"]
     elif isinstance(num_gpus, int) and num_gpus <= cluster["gpus_per_node"]:
@@ -745,8 +749,40 @@ def _skip_reason(row: Mapping) -> str | None:
     return None
 
 
+def config_of_row(row: Mapping, calibration: str = "") -> tuple:
+    """The config flowsim simulates for one row of :func:`read_runs`, or why the row is not simulated.
+
+    Parameters
+    ----------
+    row : Mapping
+        One row of :func:`read_runs`.
+    calibration : str
+        Calibration profile applied to the row (config key ``calibration``; empty = none).
+
+    Returns
+    -------
+    (SimConfig or None, assumptions, reason or None)
+        ``reason`` is a one-line text when the row is skipped (no measured step time, no GPU spec, or the
+        ConfigError of a field the mapping or build_config rejects).
+    """
+    reason = _skip_reason(row)
+    if reason is not None:
+        return None, (), reason
+    try:
+        mapping, assumptions = row_to_config(row)
+        if calibration:
+            mapping["training"]["calibration"] = calibration
+        cfg = build_config(mapping)
+    except ConfigError as e:
+        return None, (), str(e)
+    if cfg.training.framework:
+        filled = ", ".join(f"{k}={v}" for k, v in cfg.framework_defaults) or "none"
+        assumptions += (f"settings from the {cfg.training.framework_version} profile: {filled}",)
+    return cfg, assumptions, None
+
+
 def validate_runs(path: str | Path, simulate: Callable | None = None, *,
-                  only_ids=None) -> ValidationReport:
+                  only_ids=None, calibration: str = "") -> ValidationReport:
     """Simulate every row of a runs-schema-v1 CSV that flowsim supports and compare with the measurement.
 
     Parameters
@@ -758,6 +794,8 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
         default :func:`flowsim.simulate`. Tests pass a stand-in to check the arithmetic.
     only_ids : iterable of int, optional
         Compare only these row ids (others are neither simulated nor listed as skipped).
+    calibration : str
+        Calibration profile applied to every row (``--calibration``; a path or ``default``); empty = none.
 
     Returns
     -------
@@ -783,14 +821,9 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
         skipped = [s for s in skipped if s.id in wanted]
     rows: list[RunComparison] = []
     for _, row in runs.iterrows():
-        reason = _skip_reason(row)
+        cfg, assumptions, reason = config_of_row(row, calibration)
         if reason is None:
             try:
-                mapping, assumptions = row_to_config(row)
-                cfg = build_config(mapping)
-                if cfg.training.framework:
-                    filled = ", ".join(f"{k}={v}" for k, v in cfg.framework_defaults) or "none"
-                    assumptions += (f"settings from the {cfg.training.framework_version} profile: {filled}",)
                 result = simulate(cfg)
             except ConfigError as e:
                 reason = str(e)

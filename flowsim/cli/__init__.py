@@ -15,6 +15,7 @@ COMMANDS = {  # name -> ("module:attribute", one-line help shown by `flowsim --h
     "sweep": ("flowsim.cli.sweep_cmd:sweep", "Run a study: hardware / network variants x workloads, each point tuned."),
     "results": ("flowsim.cli.results_cmd:results", "List stored design points (every point tune and sweep evaluated)."),
     "validate": ("flowsim.cli.validate:validate", "Compare predicted and measured step times of a runs CSV."),
+    "calibrate": ("flowsim.cli.calibrate_cmd:calibrate", "Fit GEMM-efficiency parameters to measured runs (a profile)."),
     "collective": ("flowsim.cli.collective:collective", "Predict one collective over a size sweep, as an nccl-tests log."),
     "validate-nccl": ("flowsim.cli.collective:validate_nccl", "Compare an nccl-tests / rccl-tests log with the model."),
     "validate-comm-log": ("flowsim.cli.comm_log_cmd:validate_comm_log",

@@ -47,6 +47,39 @@ def _parse_ids(text: str | None) -> list[int] | None:
     return ids
 
 
+def _parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 0:
+        raise ConfigError("--calibrate-on", "must be comma-separated run counts >= 0", text)
+    return sorted(set(ks))
+
+
+def _transfer(runs_csv: str, ks: list[int], as_json: bool) -> None:
+    """Per-source error of the runs not fitted when k runs per cluster are (flowsim.calibrate.transfer)."""
+    import numpy as np
+
+    from flowsim.calibrate import Observations, calibrate_on
+    from flowsim.cli.calibrate_cmd import tabulated
+    from flowsim.kernels.calibration import PARAMETERS
+
+    runs, _, table, keys = tabulated(runs_csv, 7)
+    obs = Observations(np.array([r.measured_s for r in runs]), np.array([r.source for r in runs]), np.array(keys))
+    ranges = {k: PARAMETERS["gemm_fraction"].range for k in set(keys) - {""}}
+    results = {k: {e.source: e for e in calibrate_on(obs, table, ranges, k)} for k in ks}
+    if as_json:
+        echo_json({"calibrate_on": [e.__dict__ for k in ks for e in results[k].values()]})
+        return
+    sources = sorted(set().union(*results.values()))
+    rows = [{"source": src, **{f"k{k}": (f"{results[k][src].median_abs_error_pct:.1f} ({results[k][src].predicted})"
+                                          if src in results[k] else "-") for k in ks}} for src in sources]
+    click.echo(format_table(rows, [("source", "source", "")] + [(f"k{k}", f"k={k}: |error| % (n)", "") for k in ks]))
+    click.echo("median |error| of each source's runs that were not fitted, when k runs of each of its clusters "
+               "were (k = 0: uncalibrated; fewer than 3 fitted runs refit nothing)")
+
+
 def _short(name: str) -> str:
     return name if len(name) <= _MODEL_WIDTH else name[:_MODEL_WIDTH - 3] + "..."
 
@@ -89,8 +122,14 @@ def _render(report: ValidationReport) -> str:
               help="Also write REPORT/ACCURACY.md and its plots from every data set of the shared data folder "
                    "that holds RUNS_CSV (its grandparent: data/curated/runs.csv -> data); same as "
                    "`flowsim report REPORT --data-dir DATA`.")
+@click.option("--calibration", metavar="PROFILE",
+              help="Apply a calibration profile (from `flowsim calibrate`, or `default` for the shipped one).")
+@click.option("--calibrate-on", "calibrate_on", metavar="K[,K...]",
+              help="Transfer check instead of the row table: for each k, fit k runs of every cluster (source x "
+                   "GPU generation x software family) and report the error of its other runs per source, "
+                   "e.g. --calibrate-on 0,1,3,5 (k = 0: uncalibrated).")
 @user_errors
-def validate(runs_csv, as_json, only_ids, report_dir):
+def validate(runs_csv, as_json, only_ids, report_dir, calibration, calibrate_on):
     """Compare predicted and measured step times for the runs in RUNS_CSV ("runs schema v1").
 
     Prints per row the predicted and measured seconds per optimizer step and the signed error, then the
@@ -104,6 +143,9 @@ def validate(runs_csv, as_json, only_ids, report_dir):
     """
     from flowsim.validation.runs import validate_runs
 
+    if calibrate_on is not None:
+        _transfer(runs_csv, _parse_ks(calibrate_on), as_json)
+        return
     import flowsim
     from flowsim.explore.runner import Progress
 
@@ -117,7 +159,7 @@ def validate(runs_csv, as_json, only_ids, report_dir):
             bar.advance(1)
 
     try:
-        report = validate_runs(runs_csv, simulate, only_ids=_parse_ids(only_ids))
+        report = validate_runs(runs_csv, simulate, only_ids=_parse_ids(only_ids), calibration=calibration or "")
     finally:
         bar.close()
     if as_json:

@@ -1,0 +1,188 @@
+"""flowsim.calibrate: known answers on synthetic runs, the rules (>= 3 rows, physical range, kept only if it lowers
+the leave-one-source-out error), tabulated responses, the transfer check, and calibration profiles."""
+import numpy as np
+import pytest
+import yaml
+
+from flowsim.calibrate import MIN_ROWS, Observations, ResponseTable, calibrate_on, fit, grid, profile_of
+from flowsim.errors import ConfigError
+from flowsim.gpu_specs import get_gpu
+from flowsim.kernels import KernelStack, op_breakdown
+from flowsim.kernels.calibration import DEFAULT_PROFILE, PARAMETERS, job_stack, load_profile, write_profile
+
+RANGE = PARAMETERS["gemm_fraction"].range
+HOP, BW, AMP = ("gemm_fraction:hopper:megatron-core-2024", "gemm_fraction:blackwell:megatron-bridge-2025",
+                "gemm_fraction:ampere:megatron-2021")
+TRUTH = {HOP: 0.83, BW: 0.71, AMP: 1.07}
+
+
+def _synthetic(keys, sources, seed=0):
+    """Runs whose step time is base * (a / g + 1 - a): a fraction a in [0.4, 0.9] of it scales with 1 / g."""
+    rng = np.random.default_rng(seed)
+    n = len(keys)
+    base, a = rng.uniform(1.0, 20.0, n), rng.uniform(0.4, 0.9, n)
+
+    def predict(values):
+        return base * (a / np.asarray(values) + 1.0 - a)
+
+    truth = np.array([TRUTH.get(k, 1.0) for k in keys])
+    return Observations(predict(truth), np.array(sources), np.array(keys)), predict
+
+
+def _layout(per_key_sources):
+    keys, sources = [], []
+    for key, srcs in per_key_sources.items():
+        for src, n in srcs.items():
+            keys += [key] * n
+            sources += [src] * n
+    return keys, sources
+
+
+def test_recovers_the_parameters_it_generated_runs_from():
+    keys, sources = _layout({HOP: {"A": 5, "B": 4, "C": 3}, BW: {"B": 4, "D": 5}, AMP: {"A": 3, "C": 4}})
+    obs, predict = _synthetic(keys, sources)
+    r = fit(obs, predict, {k: RANGE for k in TRUTH})
+    got = {p.key: p.value for p in r.parameters}
+    assert set(got) == set(TRUTH)
+    for k, v in TRUTH.items():
+        assert got[k] == pytest.approx(v, rel=0.02)
+    assert r.uncalibrated_pct > 5 and r.in_sample_pct < 1e-3 and r.loso_pct < 1e-3
+
+
+def test_refuses_a_parameter_fewer_than_three_rows_inform():
+    lonely = "gemm_fraction:hopper:torchtitan"
+    keys, sources = _layout({HOP: {"A": 4, "B": 4}, lonely: {"A": 1, "B": 1}})
+    obs, predict = _synthetic(keys, sources)
+    r = fit(obs, predict, {k: RANGE for k in (HOP, lonely)})
+    assert MIN_ROWS == 3
+    assert r.refused == ((lonely, 2),)
+    assert [p.key for p in r.parameters] == [HOP] and r.value(lonely) == 1.0
+
+
+def test_too_few_rows_to_fit_is_a_one_line_error():
+    obs, predict = _synthetic([HOP, HOP, BW], ["A", "B", "A"])
+    with pytest.raises(ConfigError, match=r"^runs: too few rows to fit: every parameter needs at least 3 rows "
+                                          r"that inform it \(got at most 2 row\(s\) per parameter, 3 rows\)$"):
+        fit(obs, predict, {k: RANGE for k in (HOP, BW)})
+
+
+def test_a_parameter_one_source_informs_does_not_lower_the_cv_error_and_is_dropped():
+    # leave-one-source-out: with its only source held out the parameter stays at 1, so it cannot help
+    keys, sources = _layout({HOP: {"A": 4, "B": 4}, BW: {"C": 6}})
+    obs, predict = _synthetic(keys, sources)
+    r = fit(obs, predict, {k: RANGE for k in (HOP, BW)})
+    assert r.dropped == (BW,) and [p.key for p in r.parameters] == [HOP]
+
+
+def test_values_stay_inside_the_physical_range():
+    # the runs want 0.5 < 0.6: the fit stops at the bound
+    TRUTH_LOW = dict(TRUTH, **{HOP: 0.5})
+    keys, sources = _layout({HOP: {"A": 4, "B": 4}})
+    rng = np.random.default_rng(1)
+    base = rng.uniform(1, 5, len(keys))
+    measured = base / np.array([TRUTH_LOW[k] for k in keys])
+    r = fit(Observations(measured, np.array(sources), np.array(keys)), lambda v: base / np.asarray(v),
+            {HOP: RANGE})
+    assert r.parameters[0].value == pytest.approx(RANGE[0])
+
+
+def test_robust_loss_keeps_an_outlier_from_dragging_the_fit():
+    keys, sources = _layout({HOP: {"A": 6, "B": 6}})
+    obs, predict = _synthetic(keys, sources)
+    measured = obs.measured_s.copy()
+    measured[0] *= 2.0  # one run the model misses for another reason
+    r = fit(Observations(measured, obs.source, obs.key), predict, {HOP: RANGE})
+    assert r.parameters[0].value == pytest.approx(TRUTH[HOP], rel=0.02)
+
+
+def test_response_table_is_exact_on_the_grid_and_log_linear_between():
+    values = grid(*RANGE, 7)
+    assert 1.0 in values and values[0] == pytest.approx(0.6) and values[-1] == pytest.approx(1.15)
+    times = np.vstack([10.0 / values, 2.0 + 0 * values])
+    t = ResponseTable(values, times)
+    assert t(values[[2, 3]]) == pytest.approx([10.0 / values[2], 2.0])
+    # 10 / g is a straight line in log-log: interpolation is exact between grid points too
+    assert t([0.77, 0.9])[0] == pytest.approx(10.0 / 0.77)
+    assert t([5.0, 0.1]) == pytest.approx([10.0 / 1.15, 2.0])  # held at the ends
+
+
+def test_transfer_fits_k_runs_per_cluster_and_predicts_the_rest():
+    keys, sources = _layout({HOP: {"A": 8}, BW: {"B": 7}})
+    obs, predict = _synthetic(keys, sources)
+    ranges = {k: RANGE for k in (HOP, BW)}
+    k0 = {e.source: e for e in calibrate_on(obs, predict, ranges, 0)}
+    k1 = {e.source: e for e in calibrate_on(obs, predict, ranges, 1)}
+    k3 = {e.source: e for e in calibrate_on(obs, predict, ranges, 3)}
+    assert (k3["A"].fitted, k3["A"].predicted) == (3, 5)
+    assert k0["A"].median_abs_error_pct > 5
+    assert k1["A"].median_abs_error_pct == pytest.approx(k0["A"].median_abs_error_pct, rel=0.2)  # 1 run: refit nothing
+    assert k3["A"].median_abs_error_pct < 1e-3 and k3["B"].median_abs_error_pct < 1e-3
+
+
+def test_profile_round_trip_and_job_stack(tmp_path):
+    keys, sources = _layout({HOP: {"A": 5, "B": 4, "C": 3}, BW: {"B": 4, "D": 5}, AMP: {"A": 3, "C": 4}})
+    obs, predict = _synthetic(keys, sources)
+    prof = profile_of(fit(obs, predict, {k: RANGE for k in TRUTH}), "synthetic", "test")
+    path = tmp_path / "p.yaml"
+    write_profile(prof, path)
+    back = load_profile(str(path))
+    assert back.value("gemm_fraction", "hopper", "megatron-core-2024") == pytest.approx(0.83, rel=0.02)
+    stack = job_stack(get_gpu("h100-sxm"), "nemo-24.07", 0.0, str(path))
+    assert stack.gemm_scale == pytest.approx(0.83, rel=0.02)
+    assert job_stack(get_gpu("h100-sxm"), "torchtitan-2024-12", 0.0, str(path)).gemm_scale == 1.0  # not fitted
+
+
+def test_gemm_scale_reaches_the_op_pricing():
+    ops = op_breakdown.__globals__["pd"].DataFrame({"kind": ["gemm"], "dtype": ["bf16"], "m": [8192], "n": [8192],
+                                                    "k": [8192]})
+    h100 = get_gpu("h100-sxm")
+    base = op_breakdown(ops, h100).compute_s.iloc[0]
+    assert op_breakdown(ops, h100, stack=KernelStack(gemm_scale=0.8)).compute_s.iloc[0] == pytest.approx(base / 0.8)
+
+
+def test_shipped_default_profile_is_valid_and_inside_its_ranges():
+    prof = load_profile("default")
+    assert prof.parameters and DEFAULT_PROFILE.name == "calibration_default.yaml"
+    for p in prof.parameters:
+        assert p.range[0] <= p.value <= p.range[1] and p.rows >= 3
+    errors = dict(prof.errors)
+    assert errors["loso_median_pct"] < errors["uncalibrated_median_pct"]
+
+
+def _profile(tmp_path, **change):
+    raw = yaml.safe_load(DEFAULT_PROFILE.read_text())
+    p = raw["parameters"][0]
+    for k, v in change.items():
+        if v is None:
+            p.pop(k)
+        else:
+            p[k] = v
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"value": None}, r"^calibration.parameters\[0\].value: required field is missing$"),
+    ({"value": 1.4}, r"^calibration.parameters\[0\].value: must lie inside its range \[0.6, 1.15\] \(got 1.4\)$"),
+    ({"range": [0.1, 3]}, r"^calibration.parameters\[0\].range: must be the physical range of gemm_fraction"),
+    ({"family": "nemo-99"}, r"^calibration.parameters\[0\].family: must be one of "),
+    ({"name": "magic"}, r"^calibration.parameters\[0\].name: unknown parameter; known: gemm_fraction"),
+    ({"rows": 2}, r"^calibration.parameters\[0\].rows: must be an integer >= 3"),
+])
+def test_bad_profile_is_a_one_line_error_naming_the_field(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_profile(_profile(tmp_path, **change))
+
+
+def test_unreadable_profile_and_config_key(tmp_path):
+    from flowsim.config import build_config
+
+    with pytest.raises(ConfigError, match=r"^calibration: cannot read profile file"):
+        load_profile(str(tmp_path / "none.yaml"))
+    (tmp_path / "x.yaml").write_text("schema: other\n")
+    with pytest.raises(ConfigError, match=r"^calibration.schema: must be flowsim-calibration-profile/1"):
+        build_config({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "tp": 8,
+                      "calibration": str(tmp_path / "x.yaml")})
+    cfg = build_config({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "tp": 8, "calibration": "default"})
+    assert cfg.training.calibration == "default"
