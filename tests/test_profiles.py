@@ -28,7 +28,7 @@ def test_every_default_cites_a_source():
 
 
 def test_frameworks_and_releases():
-    assert set(frameworks()) >= {"megatron-lm", "megatron-core", "megatron-deepspeed", "torchtitan",
+    assert set(frameworks()) >= {"megatron-lm", "megatron-core", "megatron-deepspeed", "deepspeed", "torchtitan",
                                  "pytorch-fsdp", "llm-foundry"}
     assert releases("nemo") == releases("megatron-core")
     assert profile("megatron-bridge").framework_version == releases("megatron-core")[-1]  # newest by default
