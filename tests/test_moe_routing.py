@@ -193,3 +193,12 @@ def test_ep_overlap_with_interleaved_pipeline():
     base, over = flowsim.simulate(kw), flowsim.simulate({**kw, "overlap_moe_expert_parallel_comm": True})
     assert over.step_time_s < base.step_time_s
     assert over.memory_bytes_per_gpu > base.memory_bytes_per_gpu  # one more micro-batch in flight
+
+
+def test_flex_dispatcher_holds_its_sms_beside_compute():
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, ep=8, pp=2, gbs=64, nics_per_node=1,
+              pipeline_schedule="dualpipe", moe_token_dispatcher_type="flex", moe_imbalance_factor=1.0)
+    assert build_workload(build_config(**kw)).expert_comm_sms == 20  # Megatron-LM's --moe-deepep-num-sms
+    few, many = (flowsim.simulate(dict(kw, moe_deepep_num_sms=n)).step_time_s for n in (8, 64))
+    assert many > few  # DualPipe's paired passes: compute beside the dispatch runs on the SMs it leaves
+    assert build_workload(build_config(**{**kw, "moe_token_dispatcher_type": "alltoall"})).expert_comm_sms == 0

@@ -31,7 +31,7 @@ KERNEL_FUSIONS = ("fused", "eager")
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
-CUDA_GRAPH_SCOPES = ("none", "layer", "full_iteration")
+CUDA_GRAPH_SCOPES = ("none", "layer", "module", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
 
 
@@ -130,6 +130,10 @@ class TrainingConfig:
         Backend of the ``flex`` dispatcher (Megatron-LM ``--moe-flex-dispatcher-backend``): ``deepep`` (DeepEP,
         arXiv 2412.19437 sec. 3.2.2) or ``hybridep`` (NVIDIA HybridEP); both send each token once per remote
         domain over the network, then once per target GPU over NVLink (:func:`flowsim.model.moe.flex_stage_bytes`).
+    moe_deepep_num_sms : int
+        SMs the flex dispatcher's kernels hold while they run beside compute (Megatron-LM
+        ``--moe-deepep-num-sms``, default 20; DeepSeek-V3 dedicates 20 of the H800's 132 SMs to communication,
+        arXiv 2412.19437 sec. 3.2.2), in place of NCCL's one SM per channel.
     moe_flex_nvlink_ranks : int
         GPUs one NVLink stage of the flex dispatcher spans (its "node"). 0 (default): the job's scale-up domain
         (filled in by :meth:`flowsim.config.SimConfig.resolved`). DeepEP's internode kernels stop at 8
@@ -168,7 +172,8 @@ class TrainingConfig:
         ``fp16``.
     cuda_graphs : str
         CUDA graphs: ``none`` (default), ``layer`` (a forward and a backward graph per layer and micro-batch,
-        Transformer Engine ``make_graphed_callables``) or ``full_iteration`` (Megatron-core
+        Transformer Engine ``make_graphed_callables``), ``module`` (one per module of a layer, its attention and its
+        MLP: Megatron-core's ``cuda_graph_scope`` attn / mlp) or ``full_iteration`` (Megatron-core
         ``FullCudaGraphWrapper``); they replace the per-kernel host costs by graph launches.
     host_overhead : str
         CPU cost of issuing kernels (:mod:`flowsim.model.host_costs`, priced on the cluster's ``cpu``):
@@ -206,6 +211,7 @@ class TrainingConfig:
     expert_tensor_parallel_size: int = 1
     moe_token_dispatcher_type: str = "alltoall"
     moe_flex_dispatcher_backend: str = "deepep"
+    moe_deepep_num_sms: int = 20
     moe_flex_nvlink_ranks: int = 0
     expert_rank_order: str = ""
     overlap_moe_expert_parallel_comm: bool = False
@@ -291,7 +297,7 @@ class TrainingConfig:
         """Raise ConfigError for a field that breaks a rule on its own (cross-checks live in SimConfig)."""
         check_ints(self, ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                      "expert_model_parallel_size", "virtual_pipeline_model_parallel_size", "expert_tensor_parallel_size",
-                     "micro_batch_size"), 1)
+                     "micro_batch_size", "moe_deepep_num_sms"), 1)
         check_ints(self, ("data_parallel_size", "global_batch_size", "seq_length", "recompute_num_layers",
                           "data_parallel_shard_size", "overlap_comm_sms", "moe_flex_nvlink_ranks"), 0)
         b = bounds

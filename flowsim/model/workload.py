@@ -67,6 +67,9 @@ class Workload:
     gemm_dtype : str
         Dtype of the linear-layer GEMMs (``fp8``, ``nvfp4``, ``mxfp4`` run the blocks' linear layers in that
         dtype, everything else in 16-bit; :attr:`flowsim.config.TrainingConfig.linear_dtype`).
+    expert_comm_sms : int
+        SMs the token dispatcher's kernels hold while they run beside compute: ``moe_deepep_num_sms`` for the
+        ``flex`` dispatcher, 0 for NCCL's collectives (one SM per channel, priced with them).
     """
 
     layer: OpSet
@@ -81,6 +84,7 @@ class Workload:
     stage_params: tuple
     stage_expert_params: tuple
     gemm_dtype: str
+    expert_comm_sms: int = 0
 
 
 def _tp_comms(comms, tp, sp, act_bytes, phase):
@@ -405,6 +409,7 @@ def build_workload(cfg: SimConfig) -> Workload:
         stage_expert_params=tuple(float(moe[s].sum()) * (expert_params_per_gpu(cfg) if is_moe else 0.0)
                                   for s in range(t.pp)),
         gemm_dtype=t.linear_dtype,
+        expert_comm_sms=t.moe_deepep_num_sms if is_moe and t.moe_token_dispatcher_type == "flex" else 0,
     )
 
 

@@ -123,11 +123,13 @@ def pass_s(block: dict, phase: str) -> float:
 def paired_comm(wl, comms: CollectivePricer, kinds) -> tuple:
     """What DualPipe's F&B pairing can hide (see :func:`flowsim.step.schedule.simulate_pipeline`): the expert
     all-to-all seconds per micro-batch in each (stage, chunk)'s forward and backward, and the share of the
-    SMs the all-to-all holds (``kinds``: (block times, layers per chunk, recomputed layers per chunk))."""
+    SMs the all-to-all holds (the flex dispatcher's ``expert_comm_sms``, else NCCL's CTAs; ``kinds``: (block
+    times, layers per chunk, recomputed layers per chunk))."""
     ep_f = sum(n_l * blk["ep_fwd"] for blk, n_l, _ in kinds)
     ep_b = sum(n_l * blk["ep_bwd"] + n_r * blk["ep_recompute"] for blk, n_l, n_r in kinds)
-    sms = max((comms.ctas(c.group, c.op, c.size_bytes) for c in (wl.moe_layer.comms if wl.moe_layer else ())
-               if c.group == "ep"), default=0)
+    sms = wl.expert_comm_sms or max((comms.ctas(c.group, c.op, c.size_bytes)
+                                     for c in (wl.moe_layer.comms if wl.moe_layer else ()) if c.group == "ep"),
+                                    default=0)
     return ep_f, ep_b, sms / comms.gpu.sm_count
 
 
