@@ -62,3 +62,16 @@ def test_validate_with_a_bad_profile_is_one_line_exit_2(small_runs, tmp_path):
     res = CliRunner().invoke(main, ["validate", str(path), "--calibration", str(bad)])
     assert res.exit_code == 0  # every row is skipped with the reason, as for any config error of a row
     assert "calibration.parameters[0].arch: required field is missing" in res.output
+
+
+@pytest.mark.parametrize("verb", [["estimate", "--tp", "8"], ["tune", "--gbs", "8", "--top", "1", "--tp", "8",
+                                                                "--no-progress"]])
+def test_estimate_and_tune_take_a_profile(verb, tmp_path):
+    args = [*verb, "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    res = CliRunner().invoke(main, [*args, "--calibration", str(tmp_path / "none.yaml")])
+    assert res.exit_code == 2 and res.output.startswith("Error: calibration: cannot read profile file")
+    if verb[0] == "estimate":
+        res = CliRunner().invoke(main, [*args, "--calibration", "default", "--precision", "nvfp4", "--gpu", "b200",
+                                        "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["config"]["training"]["calibration"] == "default"

@@ -137,7 +137,9 @@ def _where_report(w: dict, step_s: float) -> str:
 @click.option("--distributed-optimizer/--no-distributed-optimizer", default=None,
               help="Megatron distributed optimizer (ZeRO-1).")
 @click.option("--zero-stage", type=click.IntRange(0, 3), help="ZeRO stage (3 = FSDP full shard).")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), help="GEMM precision.")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "nvfp4", "mxfp4"]), help="GEMM precision.")
+@click.option("--calibration", metavar="PROFILE",
+              help="Calibration profile applied to the kernel pricing (`flowsim calibrate`; `default` = shipped).")
 @click.option("--schedule", type=click.Choice(list(SCHEDULES)), help="Pipeline schedule.")
 @click.option("--comm-engine", type=click.Choice(["analytic", "flow"]),
               help="analytic: NCCL's model per communicator; flow: DP/EP/CP/PP collectives as flows on the "
@@ -167,7 +169,8 @@ def _where_report(w: dict, step_s: float) -> str:
 @click.option("--chakra-ranks", metavar="RANKS", help="Only these ranks' traces, e.g. 0,8,16-31 (default: all).")
 @user_errors
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
-             cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, schedule, sets,
+             cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, calibration, schedule,
+             sets,
              comm_engine, kernel_fusion, megatron_args, nemo_recipe, hf_config, workload_path, as_json,
              show_breakdown, trace_path, chakra_dir, chakra_ranks):
     """Predict step time, throughput, MFU and memory of one training step.
@@ -186,7 +189,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                      sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
                      use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
                      precision=precision, pipeline_schedule=schedule, comm_engine=comm_engine,
-                     kernel_fusion=kernel_fusion)
+                     kernel_fusion=kernel_fusion, calibration=calibration)
     overrides.update(_parse_set(sets))
     if workload_path:
         extra = sorted(k for k, v in overrides.items() if v is not None and k not in ("cluster", "gpu"))

@@ -87,7 +87,9 @@ def report(res, top: int) -> str:
 @click.option("--gpus", "num_gpus", type=POS_INT, required=True, help="GPUs in the job.")
 @click.option("--gbs", type=POS_INT, required=True, help="Global batch size (sequences per step).")
 @click.option("--seq", type=POS_INT, help="Sequence length (tokens).")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), help="GEMM precision.")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "nvfp4", "mxfp4"]), help="GEMM precision.")
+@click.option("--calibration", metavar="PROFILE",
+              help="Calibration profile applied to the kernel pricing (`flowsim calibrate`; `default` = shipped).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other non-layout config key.")
 @click.option("--tp", multiple=True, type=POS_INT, help="Only these TP sizes (repeatable).")
 @click.option("--pp", multiple=True, type=POS_INT, help="Only these PP sizes (repeatable).")
@@ -114,7 +116,7 @@ def report(res, top: int) -> str:
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a Pareto plot (PNG; needs matplotlib).")
 @execution_options
 @user_errors
-def tune(model, cluster, gpu, num_gpus, gbs, seq, precision, sets, tp, pp, cp, ep, mbs, recompute, zero, max_tp,
+def tune(model, cluster, gpu, num_gpus, gbs, seq, precision, calibration, sets, tp, pp, cp, ep, mbs, recompute, zero, max_tp,
          max_pp, max_vpp, max_cp, max_ep, max_mbs, search, budget, seed, top, as_json, as_csv, plot, db, jobs,
          scheduler, no_progress):
     """Find the fastest parallel layouts of a job that fit in GPU memory.
@@ -135,7 +137,7 @@ def tune(model, cluster, gpu, num_gpus, gbs, seq, precision, sets, tp, pp, cp, e
         check_output_file(plot, "--plot")  # before the search, not after it
     notice_first_compile()
     job = {k: v for k, v in dict(model=model, cluster=cluster, gpu=gpu, gpus=num_gpus, gbs=gbs, seq=seq,
-                                 precision=precision).items() if v is not None}
+                                 precision=precision, calibration=calibration).items() if v is not None}
     job.update(_parse_set(sets))
     fixed = {k: v for k, v in dict(tp=tp, pp=pp, cp=cp, ep=ep, mbs=mbs, recompute=recompute, zero=zero).items() if v}
     base = job_config(job)
