@@ -176,3 +176,14 @@ def test_cuda_graphs_shrink_the_host_time_of_a_block():
     assert graphed.sum() < eager.sum() / 4
     full = block_host_s(layer, dataclasses.replace(cfg.training, cuda_graphs="full_iteration"), "arm")
     assert full.sum() == pytest.approx(layer["count"].sum() * c.graph_node_s)
+
+
+def test_module_scope_graphs_launch_once_per_module_and_pass():
+    from flowsim.model.host_costs import block_host_s, host_costs
+
+    cfg, wl, *_ = _layer(framework="megatron-core", framework_version="megatron-bridge-25.11", cuda_graphs="module")
+    layer = wl.layer.compute
+    c = host_costs("te", "arm")
+    # attention and MLP modules, forward and backward: four replays
+    assert block_host_s(layer, cfg.training, "arm").sum() == \
+        pytest.approx(4 * c.graph_launch_s + layer["count"].sum() * c.graph_node_s)

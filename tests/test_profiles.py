@@ -69,7 +69,7 @@ def test_empty_cells_apply_nothing():
      "framework_version: unknown release of torchtitan; known: torchtitan, torchtitan-2024-12"),
     ({"framework_version": "nemo-24.07"}, "framework_version: needs framework"),
     ({"grad_reduce_dtype": "fp8"}, "grad_reduce_dtype: must be one of fp32, bf16, fp16"),
-    ({"cuda_graphs": "always"}, "cuda_graphs: must be one of none, layer, full_iteration"),
+    ({"cuda_graphs": "always"}, "cuda_graphs: must be one of none, layer, module, full_iteration"),
     ({"attention_dropout": 1.5}, "attention_dropout: must be in [0, 1)"),
 ])
 def test_bad_input_names_the_key_and_the_allowed_values(bad, message):

@@ -72,11 +72,13 @@ def sources() -> list[dict]:
 def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "none") -> np.ndarray:
     """CPU seconds to issue each row of a block's op table (all ``count`` instances of the row).
 
-    ``name``, ``kind``, ``phase`` and ``count`` are the op table's columns (:mod:`flowsim.model.ops`): a
-    forward or recompute GEMM of a linear layer costs ``linear_fwd_s``, other forward kernels
-    ``kernel_fwd_s``, backward kernels ``kernel_bwd_s``. Under ``cuda_graphs`` ``layer`` each phase of the
-    block (its forward, backward, recompute) is one graph replay: a launch plus ``graph_node_s`` per kernel;
-    under ``full_iteration`` the one launch per step is left out and each kernel costs ``graph_node_s``.
+    ``name``, ``kind``, ``phase`` and ``count`` are the op table's columns (:mod:`flowsim.model.ops`), rows in
+    the order the block builds them: a forward or recompute GEMM of a linear layer costs ``linear_fwd_s``,
+    other forward kernels ``kernel_fwd_s``, backward kernels ``kernel_bwd_s``. CUDA graphs replace that by
+    ``graph_node_s`` per kernel plus one launch per replay: under ``layer`` each phase of the block (its
+    forward, backward, recompute) is one replay; under ``module`` each phase of each module (a layer's rows up
+    to its ``post_attn_norm`` are its attention module, the rest its MLP); under ``full_iteration`` the one
+    launch per step is left out.
     """
     if cuda_graphs not in CUDA_GRAPH_SCOPES:
         raise ConfigError("cuda_graphs", f"must be one of {', '.join(CUDA_GRAPH_SCOPES)}", cuda_graphs)
@@ -88,11 +90,13 @@ def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "no
     per = np.where(fwd, np.where(linear, costs.linear_fwd_s, costs.kernel_fwd_s), costs.kernel_bwd_s)
     if cuda_graphs == "none":
         return per * n
-    # per layer: each pass of the block (forward, backward, recompute) is one replay; full iteration: the
-    # step's one launch is negligible beside its kernels and is left out
-    gid = np.unique(phase, return_inverse=True)[1] if cuda_graphs == "layer" else np.zeros(phase.size, np.int64)
-    launch = costs.graph_launch_s if cuda_graphs == "layer" else 0.0
-    return graphed_host_s(per * n, gid, launch, costs.graph_node_s, n)
+    if cuda_graphs == "full_iteration":  # the step's one launch is negligible beside its kernels
+        return graphed_host_s(per * n, np.zeros(phase.size, np.int64), 0.0, costs.graph_node_s, n)
+    gid = np.unique(phase, return_inverse=True)[1]
+    if cuda_graphs == "module":
+        mlp = np.cumsum([str(x).startswith("post_attn_norm") for x in name]) > 0
+        gid = 2 * gid + mlp
+    return graphed_host_s(per * n, gid, costs.graph_launch_s, costs.graph_node_s, n)
 
 
 def block_host_s(table, training, cpu: str) -> np.ndarray | None:
