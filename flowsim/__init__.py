@@ -11,7 +11,7 @@ DeprecationWarning (:mod:`flowsim._moved`).
 import sys
 import types
 
-from flowsim import _moved
+from flowsim import _moved, _numba_cache  # noqa: F401 -- _numba_cache: numba's cache outside the package
 
 _PUBLIC = {
     "__version__": "flowsim._version",
