@@ -79,7 +79,7 @@ def test_distinct_groups_match_enumeration(experts, k, groups):
 
 
 V3 = dict(model="deepseek-v3", cluster="dgx-h100", gpus=64, ep=64, gbs=64, mbs=1, seq=4096, pp=1,
-          moe_imbalance_factor=1.0)
+          moe_imbalance_factor=1.0, moe_router_num_groups=0, moe_router_group_topk=0)  # routing not node-limited
 
 
 def test_deepep_two_stages_have_its_design_bytes():
@@ -202,3 +202,40 @@ def test_flex_dispatcher_holds_its_sms_beside_compute():
     few, many = (flowsim.simulate(dict(kw, moe_deepep_num_sms=n)).step_time_s for n in (8, 64))
     assert many > few  # DualPipe's paired passes: compute beside the dispatch runs on the SMs it leaves
     assert build_workload(build_config(**{**kw, "moe_token_dispatcher_type": "alltoall"})).expert_comm_sms == 0
+
+
+def _brute_limited(experts, k, units, groups, group_topk):
+    """Mean units hit over every (group choice, expert choice) of group-limited routing, all equally likely."""
+    from itertools import combinations
+
+    size, unit = experts // groups, experts // units
+    hits = []
+    for chosen in combinations(range(groups), group_topk):
+        pool = [g * size + i for g in chosen for i in range(size)]
+        hits += [len({x // unit for x in c}) for c in combinations(pool, k)]
+    return sum(hits) / len(hits)
+
+
+@pytest.mark.parametrize("experts, k, units, groups, group_topk", [
+    (8, 2, 8, 4, 2), (8, 2, 2, 4, 2), (16, 3, 4, 8, 3), (16, 4, 16, 4, 2), (12, 3, 2, 6, 2), (16, 3, 8, 8, 8)])
+def test_group_limited_distinct_units_match_enumeration(experts, k, units, groups, group_topk):
+    from flowsim.model.moe import _distinct_limited
+
+    assert _distinct_limited(experts, k, units, groups, group_topk) == pytest.approx(
+        _brute_limited(experts, k, units, groups, group_topk))
+
+
+def test_deepseek_node_limited_routing_lowers_the_network_stage():
+    # DeepSeek-V3: 8 node groups, a token's experts inside 4 of them (at most 4 nodes, report sec. 3.2.2)
+    limited = build_config(**{**V3, "moe_router_num_groups": 8, "moe_router_group_topk": 4},
+                           moe_token_dispatcher_type="flex")
+    assert limited.model == build_config(**{k: v for k, v in V3.items() if "group" not in k}).model  # the preset's
+    free = build_config(**V3, moe_token_dispatcher_type="flex")
+    vec = 4096 * 7168 * 2
+    pool = 4 * 32  # the experts of the 4 picked nodes
+    assert flex_stage_bytes(limited, 4096)[1] == pytest.approx(vec * 4 * (1 - math.comb(pool - 32, 8)
+                                                                          / math.comb(pool, 8)))
+    assert flex_stage_bytes(limited, 4096)[1] < flex_stage_bytes(free, 4096)[1]
+    with pytest.raises(Exception) as e:
+        build_config(**{**V3, "moe_router_num_groups": 8})
+    assert str(e.value).startswith("moe_router_group_topk: group-limited routing needs")

@@ -62,6 +62,11 @@ class ModelConfig:
     moe_pad_expert_input_to_capacity : bool
         Pad every expert's input from each rank up to that capacity (Megatron-LM
         ``--moe-pad-expert-input-to-capacity``), so expert GEMMs and dispatch have fixed sizes.
+    moe_router_num_groups, moe_router_group_topk : int
+        Group-limited routing (Megatron-LM ``--moe-router-num-groups`` / ``--moe-router-group-topk``; DeepSeek-V3
+        ``n_group`` 8 / ``topk_group`` 4, "each token is sent to at most 4 nodes", arXiv 2412.19437 sec. 3.2.2):
+        the experts form this many equal groups and a token picks its experts inside ``group_topk`` of them.
+        0 (default): no group limit.
     moe_imbalance_factor : float
         Tokens of the busiest expert-parallel rank over the mean (>= 1; 1 = perfectly even routing). 0 (default):
         modelled (:func:`flowsim.model.moe.imbalance_factor`). The capacity factor bounds it.
@@ -104,6 +109,8 @@ class ModelConfig:
     moe_expert_capacity_factor: float = 0.0
     moe_pad_expert_input_to_capacity: bool = False
     moe_imbalance_factor: float = 0.0
+    moe_router_num_groups: int = 0
+    moe_router_group_topk: int = 0
     multi_latent_attention: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
@@ -152,6 +159,13 @@ class ModelConfig:
         bounds.check_float("moe_expert_capacity_factor", self.moe_expert_capacity_factor, 0.0,
                            bounds.MAX_CAPACITY_FACTOR,
                            f"must be a finite number in [0, {bounds.MAX_CAPACITY_FACTOR:g}] (0 = dropless)")
+        check_ints(self, ("moe_router_num_groups", "moe_router_group_topk"), 0)
+        g, gk = self.moe_router_num_groups, self.moe_router_group_topk
+        if bool(g) != bool(gk) or (g and (self.num_moe_experts % g or gk > g
+                                          or gk * (self.num_moe_experts // g) < self.moe_router_topk)):
+            raise ConfigError("moe_router_group_topk", "group-limited routing needs moe_router_num_groups dividing "
+                              "num_moe_experts and 1 <= moe_router_group_topk <= moe_router_num_groups, whose "
+                              "experts hold at least moe_router_topk", f"groups {g}, group_topk {gk}")
         f = self.moe_imbalance_factor
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not (f == 0 or 1 <= f < float("inf")):
             raise ConfigError("moe_imbalance_factor", "must be 0 (modelled) or a finite number >= 1 (busiest "

@@ -121,6 +121,26 @@ def _distinct(experts: int, k: int, groups: int) -> float:
     return groups * (1.0 - math.comb(experts - experts // groups, k) / math.comb(experts, k))
 
 
+def _distinct_limited(experts: int, k: int, units: int, groups: int, group_topk: int) -> float:
+    """:func:`_distinct` over ``units`` equal blocks of consecutive experts (GPUs, NVLink stages) when routing is
+    group-limited: a token picks ``group_topk`` of ``groups`` equal groups evenly, then its ``k`` experts evenly
+    among theirs. ``groups`` 0 (or units that neither hold whole groups nor fit in one): taken as unlimited.
+
+    A unit inside a group is hit when its group is picked and one of the ``k`` experts lands in it; a unit
+    holding ``G / U`` whole groups is hit unless none of the ``k`` lands in its picked groups (hypergeometric
+    number of them)."""
+    if not groups or (units % groups and groups % units):
+        return _distinct(experts, k, units)  # no limit, or units that cut across groups: taken as unlimited
+    pool = group_topk * (experts // groups)  # experts a token chooses among
+    if units >= groups:
+        return units * group_topk / groups * (1.0 - math.comb(pool - experts // units, k) / math.comb(pool, k))
+    per = groups // units  # groups in one unit
+    miss = sum(math.comb(per, g) * math.comb(groups - per, group_topk - g) / math.comb(groups, group_topk)
+               * math.comb(pool - g * (experts // groups), k) / math.comb(pool, k)
+               for g in range(0, min(per, group_topk) + 1))
+    return units * (1.0 - miss)
+
+
 def flex_stage_bytes(cfg: SimConfig, tokens: int) -> tuple[float, float, int]:
     """(NVLink-stage bytes, network-stage bytes, NVLink stages an EP group spans) of the flex dispatcher: what
     one GPU sends to dispatch its tokens (nccl-tests all-to-all convention: all bytes one rank sends, the share
@@ -131,14 +151,16 @@ def flex_stage_bytes(cfg: SimConfig, tokens: int) -> tuple[float, float, int]:
     ``k`` experts, to the GPU at its own place there (the rail), and is then forwarded over NVLink once to
     each GPU of that domain holding one of its experts. With ``E`` experts evenly on ``ep`` GPUs in ``n``
     domains a token reaches on average ``_distinct(E, k, n)`` domains and ``_distinct(E, k, ep)`` GPUs
-    (:func:`_distinct`), instead of the all-to-all's ``k`` copies. Hidden states move in 16-bit.
+    (:func:`_distinct`), instead of the all-to-all's ``k`` copies; group-limited routing (DeepSeek-V3's 4 of 8
+    node groups) lowers both (:func:`_distinct_limited`). Hidden states move in 16-bit.
     """
     m, t = cfg.model, cfg.training
     e, k, h = m.num_moe_experts, m.moe_router_topk, m.hidden_size
     vectors = _ep_tokens(cfg, tokens) * imbalance_factor(cfg, tokens) * h * ACT_BYTES
     domains = group_spans(t)["epx"][0]  # NVLink stages (``moe_flex_nvlink_ranks`` GPUs each) an EP group spans
-    rdma = vectors * _distinct(e, k, domains) if domains > 1 else 0.0
-    return vectors * _distinct(e, k, t.ep), rdma, domains
+    g, gk = m.moe_router_num_groups, m.moe_router_group_topk
+    rdma = vectors * _distinct_limited(e, k, domains, g, gk) if domains > 1 else 0.0
+    return vectors * _distinct_limited(e, k, t.ep, g, gk), rdma, domains
 
 
 def _dispatch_comms(cfg: SimConfig, tokens: int, routed: float, received: float) -> list:
