@@ -38,7 +38,8 @@ def main(repeats: int = 50) -> None:
     print(f"load average {os.getloadavg()[0]:.1f}")
     print(f"simulate, no host model      {t_plain:7.2f} ms")
     print(f"simulate, host_overhead te   {t_host:7.2f} ms  ({100 * (t_host - t_plain) / t_plain:+.1f} %)")
-    print(f"host costs of the step's {len(blocks)} blocks {t_costs:7.3f} ms  ({100 * t_costs / t_plain:.1f} % of simulate)")
+    print(f"host costs of the step's {len(blocks)} blocks {t_costs:7.3f} ms  "
+          f"({100 * t_costs / t_plain:.1f} % of simulate)")
 
 
 if __name__ == "__main__":

@@ -169,13 +169,6 @@ def steady_run_s(gpu_s, host_s):
     return np.maximum(gpu_s, host_s)
 
 
-def host_exposed_s(terms: BlockHost, runs) -> np.ndarray:
-    """Seconds ``runs`` back-to-back runs of each block take beyond their GPU time, from an idle start:
-    the GPU's waits for the CPU (0 when every run's kernels outlast its issue)."""
-    n = np.asarray(runs, dtype=np.float64)
-    return repeated_block_end_s(terms, n) - n * terms.gpu_s
-
-
 def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float, count=None) -> np.ndarray:
     """Host seconds per op once CUDA graphs capture some of them.
 
