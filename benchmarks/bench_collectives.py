@@ -3,11 +3,15 @@
 Cases (issue 4): a 30-size AllReduce sweep (8 B .. 4 GiB, doubling) on 1,024 GPUs (128 DGX H100 hosts,
 rail-optimised, radix 64), target < 2 s; one 4 GiB AllReduce across 16,384 GPUs (2,048 hosts, three tiers
 at radix 64), target < 5 s. NCCL's choice among the algorithms with a plan (all but CollNet): Tree at small
-sizes, NVLSTree from 512 MiB on 1,024 GPUs and for the 4 GiB on 16,384.
+sizes, NVLSTree from 512 MiB on 1,024 GPUs and for the 4 GiB on 16,384. Issue 18: the same 30-size sweep on 20
+GB200 NVL72 racks (1,440 GPUs, 360 trays of 4, one NVLink domain per rack, 72 x 400 Gb/s NICs per rack) with
+NVLS off (NCCL_NVLS_ENABLE=0, as CoreWeave ran it), target < 2 s, by the analytic model
+(:func:`flowsim.nccl_models.predict` on the communicator's layout) and, with ``--flow-racks``, once by the flow
+engine (minutes: 86,000-180,000 transfers per size, see docs/PERFORMANCE.md).
 Times exclude numba compilation (one warm-up run) and the first topology build (cached); the topology build is
 timed on its own. Each figure is the minimum / median of ``--repeat`` runs.
 
-Run: ``python benchmarks/bench_collectives.py [--repeat 3]``.
+Run: ``python benchmarks/bench_collectives.py [--repeat 3] [--flow-racks]``.
 """
 from __future__ import annotations
 
@@ -16,9 +20,12 @@ import statistics
 import time
 from collections import Counter
 
-from flowsim.network.collective_flows import cached_topology, run_collective
 from flowsim.config.cluster import ClusterConfig
+from flowsim.config.loader import load_preset
 from flowsim.gpu_specs import get_gpu
+from flowsim.nccl_models import predict
+from flowsim.network.collective_flows import cached_topology, run_collective
+from flowsim.network.comm_layout import group_layout
 
 
 def _timed(fn, repeat: int):
@@ -33,6 +40,7 @@ def _timed(fn, repeat: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--flow-racks", action="store_true", help="also run the 20-rack sweep by the flow engine")
     args = parser.parse_args()
     gpu = get_gpu("h100-sxm")
 
@@ -54,6 +62,25 @@ def main() -> None:
     algos = Counter(f"{r.algo}/{r.proto}" for r in res)
     print(f"sweep 30 sizes x 1,024 GPUs: {lo:.2f} / {med:.2f} s (target < 2 s); {sum(r.n_transfers for r in res)} "
           f"transfers; choices {dict(algos)}; 4 GiB busbw {res[-1].busbw_Bps / 1e9:.1f} GB/s")
+
+    nvl = ClusterConfig(**{**load_preset("clusters", "gb200-nvl72"), "num_gpus": 1440})
+    gb200 = get_gpu("gb200")
+    layout = group_layout(nvl, gb200, nvl.num_gpus, 1)
+    lo, med, res = _timed(lambda: [predict("allreduce", s, layout, algo="^nvls,nvlstree") for s in sizes],
+                          args.repeat)
+    algos = Counter(f"{r.algo}/{r.proto}" for r in res)
+    print(f"sweep 30 sizes x 20 NVL72 racks (1,440 GPUs), analytic: {lo * 1e3:.1f} / {med * 1e3:.1f} ms "
+          f"(target < 2 s); choices {dict(algos)}; 4 GiB busbw {res[-1].busbw_Bps / 1e9:.1f} GB/s")
+    if args.flow_racks:
+        ranks = list(range(nvl.num_gpus))
+        t = time.perf_counter()
+        topo = cached_topology(nvl, gb200)
+        print(f"topology 20 NVL72 racks: {topo.n_links} links, build {time.perf_counter() - t:.2f} s")
+        t = time.perf_counter()
+        res = [run_collective(nvl, gb200, "allreduce", s, ranks, algo="^nvls,nvlstree") for s in sizes]
+        algos = Counter(f"{r.algo}/{r.proto}" for r in res)
+        print(f"sweep 30 sizes x 20 NVL72 racks, flow engine (one run): {time.perf_counter() - t:.1f} s; "
+              f"{sum(r.n_transfers for r in res)} transfers; choices {dict(algos)}")
 
     size = 4 * 2**30
     ranks = list(range(big.num_gpus))
