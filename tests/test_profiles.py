@@ -88,5 +88,8 @@ def test_estimate_prints_the_profile_and_its_defaults():
     assert "grad_reduce_dtype=bf16" in line and "overlap_param_gather" not in line
     js = CliRunner().invoke(main, args + ["--json"])
     assert '"framework_defaults"' in js.output
+    flags = CliRunner().invoke(main, args[:-6] + ["--framework", "megatron-lm", "--framework-version",
+                                                  "megatron-lm-2021-04"])
+    assert "framework megatron-lm megatron-lm-2021-04: profile defaults applied: use_flash_attn=false" in flags.output
     bad = CliRunner().invoke(main, args[:-6] + ["--set", "framework=deepspeed-x"])
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "framework: unknown framework" in bad.output

@@ -147,6 +147,10 @@ def _where_report(w: dict, step_s: float) -> str:
 @click.option("--kernel-fusion", type=click.Choice(["fused", "eager"]),
               help="fused: Megatron-LM/Transformer Engine kernels; eager: plain PyTorch without torch.compile "
                    "(every elementwise op a kernel of its own).")
+@click.option("--framework", help="Training framework whose release defaults fill the keys not given (megatron-lm, "
+                                  "megatron-core/nemo/megatron-bridge, megatron-deepspeed, deepspeed, torchtitan, "
+                                  "pytorch-fsdp, llm-foundry; docs/MODEL.md 7a).")
+@click.option("--framework-version", "framework_version", help="Its release (default: the newest flowsim lists).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help=f"Any other config key (Megatron-LM names; aliases: {', '.join(sorted(ALIASES))}).")
 @click.option("--megatron-args", "megatron_args", type=click.Path(exists=True, dir_okay=False),
@@ -171,8 +175,8 @@ def _where_report(w: dict, step_s: float) -> str:
 def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node, nic_gbps, tp, pp, vpp, dp,
              cp, ep, sp, mbs, gbs, seq, recompute, distributed_optimizer, zero_stage, precision, calibration, schedule,
              sets,
-             comm_engine, kernel_fusion, megatron_args, nemo_recipe, hf_config, workload_path, as_json,
-             show_breakdown, trace_path, chakra_dir, chakra_ranks):
+             comm_engine, kernel_fusion, framework, framework_version, megatron_args, nemo_recipe, hf_config,
+             workload_path, as_json, show_breakdown, trace_path, chakra_dir, chakra_ranks):
     """Predict step time, throughput, MFU and memory of one training step.
 
     CONFIG is an optional YAML/JSON file; flags override it. --megatron-args, --nemo and --hf-config read
@@ -189,7 +193,8 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                      sp=sp, mbs=mbs, gbs=gbs, seq=seq, recompute=recompute,
                      use_distributed_optimizer=distributed_optimizer, zero_stage=zero_stage,
                      precision=precision, pipeline_schedule=schedule, comm_engine=comm_engine,
-                     kernel_fusion=kernel_fusion, calibration=calibration)
+                     kernel_fusion=kernel_fusion, calibration=calibration, framework=framework,
+                     framework_version=framework_version)
     overrides.update(_parse_set(sets))
     if workload_path:
         extra = sorted(k for k, v in overrides.items() if v is not None and k not in ("cluster", "gpu"))
