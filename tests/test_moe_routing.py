@@ -239,3 +239,13 @@ def test_deepseek_node_limited_routing_lowers_the_network_stage():
     with pytest.raises(Exception) as e:
         build_config(**{**V3, "moe_router_num_groups": 8})
     assert str(e.value).startswith("moe_router_group_topk: group-limited routing needs")
+
+
+def test_flex_network_stage_contends_on_the_flow_engine():
+    # 4-GPU nodes with one NIC: an EP group of 8 spans two nodes, and the 4 rails of a node share the NIC on the
+    # flow engine, where NCCL's model prices one rail alone
+    kw = dict(model="mixtral-8x22b", cluster="dgx-h100", gpus=64, gpus_per_node=4, ep=8, pp=4, gbs=64,
+              nics_per_node=1, moe_token_dispatcher_type="flex", moe_imbalance_factor=1.0)
+    analytic = flowsim.simulate(kw)
+    flow = flowsim.simulate(dict(kw, comm_engine="flow"))
+    assert flow.stages[1].ep_comm_s > 1.5 * analytic.stages[1].ep_comm_s

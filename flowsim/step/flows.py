@@ -29,8 +29,10 @@ from flowsim.config import SimConfig
 from flowsim.config.layout import group_spans, microbatches_per_chunk
 from flowsim.step.schedule import BWD, FWD
 
-FLOW_GROUPS = ("dp", "dps", "dpr", "edp", "ep", "cp", "pp")
-"""Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain)."""
+FLOW_GROUPS = ("dp", "dps", "dpr", "edp", "ep", "epn", "epx", "cp", "pp")
+"""Groups priced on the flow engine; ``tp`` and ``etp`` stay analytic (inside one scale-up domain). ``epn`` and
+``epx`` are the flex token dispatcher's NVLink and network stages (:func:`flowsim.model.moe.flex_stage_bytes`);
+the cross-kind windows count the ``ep`` all-to-alls only."""
 
 CROSS_KIND_MAX_TRANSFERS = 256
 """Transfers per group in the cross-kind simulations (``max_transfers`` of
