@@ -108,6 +108,9 @@ class SimConfig:
         if t.sequence_parallel and self.seq_length % (t.tp * t.cp):
             raise ConfigError("seq_length", "must be divisible by tp * cp with sequence_parallel",
                               f"{self.seq_length} and {t.tp}*{t.cp}")
+        if t.expert_tensor_parallel_size > 1 and not m.is_moe:
+            raise ConfigError("expert_tensor_parallel_size", "needs a mixture-of-experts model; this model is dense",
+                              t.expert_tensor_parallel_size)
         if t.ep > 1 and not m.is_moe:
             raise ConfigError("expert_model_parallel_size", "needs a mixture-of-experts model; "
                               "this model is dense", t.ep)
