@@ -86,7 +86,8 @@ def test_cli_predict_gemm_table_and_json():
     assert row.split()[:4] == ["h200", "gemm", "bf16", "4096,4096,4096"] and row.endswith("compute")
     assert refs == ["gemm_mamf (bf16): measured on h100-sxm, same architecture (hopper)",
                     "gemm_latency (-): measured on h200, own measurement",
-                    "hbm_stream (-): measured on h200, own measurement"]
+                    "hbm_stream (-): measured on h200, own measurement",
+                    "GEMM ceiling measured on pytorch-2.7.0+cu126 (2025-04)"]
     res = _run("predict", "--gpu", "h200", "--op", "gemm", "--shape", "4096,4096,4096", "--json")
     out = json.loads(res.output)
     assert out["shape"] == {"m": 4096, "n": 4096, "k": 4096}

@@ -98,3 +98,14 @@ def test_kernels_show_lists_the_stack_of_each_row():
     assert res.exit_code == 0
     assert {"gpu": "gb200", "op": "gemm", "impl": "cublaslt", "dtype": "fp4", "stack": "azure-gb200-v6-cuda12.8",
             "rows": 8} in json.loads(res.output)["db"]
+
+
+def test_kernels_predict_names_the_release_of_the_ceiling():
+    res = CliRunner().invoke(main, ["kernels", "predict", "--gpu", "h100-sxm", "--op", "gemm", "--shape",
+                                    "8192,8192,8192", "--dtype", "fp8", "--software-release", "nemo-24.07", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["ceiling_release"] == {"release": "azure-h100-v5-cuda12.6", "date": "2024-08", "fallback": "newer"}
+    res = CliRunner().invoke(main, ["kernels", "predict", "--gpu", "h100-sxm", "--op", "gemm", "--shape", "8,8,8",
+                                    "--software-release", "foo"])
+    assert res.exit_code == 2 and res.output.startswith("Error: software_release: unknown release")

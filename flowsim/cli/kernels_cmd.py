@@ -22,6 +22,7 @@ from flowsim.kernels.bench import (
     predicted_device_time_s,
 )
 from flowsim.kernels.db import seed_db
+from flowsim.kernels.gemm import gemm_ceiling, peak_dtype
 from flowsim.kernels.ingest import ingest_trace, trace_accuracy
 from flowsim.kernels.shapes import BENCH_DTYPES, BENCH_OPS, OP_GROUPS, parse_ops, read_shapes
 
@@ -64,27 +65,38 @@ def kernels():
 @click.option("--causal", is_flag=True, help="Causal attention mask.")
 @click.option("--kv-heads", type=click.IntRange(min=0), default=0, help="Attention KV heads (0 = heads).")
 @click.option("--attention-impl", type=click.Choice(["fa2", "fa3"]), default="fa2", show_default=True)
+@click.option("--software-release", default="", metavar="RELEASE",
+              help="Price on this software release's GEMM measurements (nearest older one when it has none).")
+@click.option("--power-limit-w", type=click.FloatRange(min=0), default=0.0,
+              help="Board power limit in W (0 = the GPU's own); derates compute by (limit / measured) ** (1/3).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @user_errors
-def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, as_json):
+def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, software_release, power_limit_w, as_json):
     """Predict the time of one op launch and say what bounds it and which measurements priced it."""
+    from flowsim.kernels import KernelStack
+
     spec = get_gpu(gpu)
+    stack = KernelStack(software_release, power_limit_w)
     dims = parse_shape(op, shape)
     row = {"kind": op, "dtype": dtype, **dims}
     if op.startswith("attn"):
         row.update(causal=causal, kv_heads=kv_heads)
-    b = op_breakdown(pd.DataFrame([row]), spec, attention_impl=attention_impl).iloc[0]
+    b = op_breakdown(pd.DataFrame([row]), spec, attention_impl=attention_impl, stack=stack).iloc[0]
     tables = {"gemm": ("gemm_mamf", "gemm_release", "gemm_latency"),
               "memory": ("memory_latency",)}.get(op, ("flash_attention",))
     refs = kernel_references(spec, (dtype,) if op == "gemm" else None)
     refs = [r for r in refs if r.table in tables + ("hbm_stream",)]
-    peak = spec.peak_flop_per_s.get(dtype if op != "memory" else "", float("nan"))
+    peak = spec.peak_flop_per_s.get(peak_dtype(dtype) if op != "memory" else "", float("nan"))
     result = {
         "gpu": spec.key, "op": op, "dtype": dtype, "shape": dims, "time_s": b.time_s, "compute_s": b.compute_s,
         "memory_s": b.memory_s, "bound": b.bound, "flops": b.flops, "bytes": b.bytes,
         "achieved_flop_per_s": b.achieved_flop_per_s, "fraction_of_peak": b.achieved_flop_per_s / peak,
         "achieved_Bps": b.bytes / b.time_s, "references": [dataclasses.asdict(r) for r in refs],
     }
+    if op == "gemm":
+        ref = next(r for r in refs if r.table in ("gemm_mamf", "gemm_release"))
+        c = gemm_ceiling(ref.measured, ref.dtype, stack.release)
+        result["ceiling_release"] = {"release": c.release, "date": c.date, "fallback": c.fallback}
     if as_json:
         echo_json(result)
         return
@@ -97,6 +109,10 @@ def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, as_json):
          ("gbps", "HBM GB/s", ".0f"), ("bound", "bound", "")]))
     for r in refs:
         click.echo(f"{r.table} ({r.dtype}): measured on {r.measured}, {r.rule}")
+    if op == "gemm":
+        c = result["ceiling_release"]
+        note = f", the nearest {c['fallback']} to {stack.release}" if c["fallback"] else ""
+        click.echo(f"GEMM ceiling measured on {c['release']} ({c['date']}{note})")
 
 
 @kernels.command("show")
