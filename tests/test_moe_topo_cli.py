@@ -30,3 +30,18 @@ def test_topo_layout_errors_are_one_line():
                            "Error: expert_tensor_parallel_size: must equal tensor_model_parallel_size")]:
         res = CliRunner().invoke(main, ["topo", "--gpus", "32", *args])
         assert res.exit_code == 2 and res.output.startswith(message) and res.output.count("\n") == 1, res.output
+
+
+def test_estimate_states_where_expert_groups_land():
+    base = ["estimate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "32", "--tp", "4", "--sp",
+            "--ep", "8"]
+    res = CliRunner().invoke(main, base)
+    assert res.exit_code == 0, res.output
+    assert ("experts etp=1 dispatcher=alltoall order=tp-ep-dp-pp: each EP group of 8 ranks (stride 1) lies inside "
+            "one NVLink domain") in res.output
+    res = CliRunner().invoke(main, base + ["--set", "expert_tensor_parallel_size=4", "--set",
+                                           "expert_rank_order=tp-cp-ep-dp-pp"])
+    assert res.exit_code == 0, res.output
+    assert "(stride 4) lies across 4 NVLink domains (network)" in res.output
+    dense = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"])
+    assert dense.exit_code == 0 and "experts " not in dense.output

@@ -8,6 +8,7 @@ from flowsim.config import ALIASES, list_presets
 from flowsim.config.training import SCHEDULES
 from flowsim.errors import ConfigError
 from flowsim.io_text import check_output_dir, check_output_file
+from flowsim.cli.topo import expert_lines
 from flowsim.step.invariants import check_result
 
 POS_INT = click.IntRange(min=1)
@@ -40,7 +41,7 @@ def _framework_line(t: dict, applied: tuple) -> list:
             + (filled or "none (the config sets every key the profile has)")]
 
 
-def _report(r, applied: tuple = ()) -> str:
+def _report(r, applied: tuple = (), experts: list = ()) -> str:
     cfg = r.config
     t, c, m = cfg["training"], cfg["cluster"], cfg["model"]
     lines = [
@@ -52,6 +53,7 @@ def _report(r, applied: tuple = ()) -> str:
         f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={_recompute_label(t)} "
         f"precision={t['precision']} schedule={t['pipeline_schedule']} kernels={t['kernel_fusion']}",
         *_framework_line(t, applied),
+        *experts,
         "",
         f"step time        {r.step_time_s:10.4f} s",
         f"tokens/s         {r.tokens_per_s:10.4g}",
@@ -230,7 +232,7 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                    "memory_capacity_bytes": result.memory_capacity_bytes, **applied,
                    **({"where": where} if where else {})})
     else:
-        click.echo(_report(result, cfg.framework_defaults)
+        click.echo(_report(result, cfg.framework_defaults, expert_lines(cfg))
                    + (_where_report(where, result.step_time_s) if where else ""))
 
 

@@ -69,6 +69,21 @@ def layout_groups(cfg: ClusterConfig, tp: int, pp: int, cp: int, ep: int, etp: i
     return rows
 
 
+def expert_lines(cfg) -> list[str]:
+    """``flowsim estimate``'s line on the experts of a MoE job (none for a dense one or without expert
+    parallelism): rank order, dispatcher, and how many NVLink domains an expert-parallel group spans."""
+    t = cfg.training
+    if not cfg.model.is_moe or t.ep == 1:
+        return []
+    n, stride = group_spans(t)["ep"]
+    domains = group_layout(cfg.cluster, get_gpu(cfg.cluster.gpu), n, stride).n_nodes
+    kind = t.moe_token_dispatcher_type + (f"/{t.moe_flex_dispatcher_backend}" if t.moe_token_dispatcher_type == "flex"
+                                          else "")
+    where = "inside one NVLink domain" if domains == 1 else f"across {domains} NVLink domains (network)"
+    return [f"experts etp={t.expert_tensor_parallel_size} dispatcher={kind} order={expert_rank_order(t)}: "
+            f"each EP group of {n} ranks (stride {stride}) lies {where}"]
+
+
 def _report(s) -> str:
     head = (f"{s.name}: {s.gpus} GPUs, {s.network} ({s.switch_tiers}-tier, ECMP {s.ecmp}), scale-up "
             f"{s.scaleup_kind} domains of {s.scaleup_domain_gpus} GPUs, NIC {s.nic_Bps / units.GB:g} GB/s")
