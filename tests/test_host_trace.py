@@ -30,6 +30,9 @@ def _trace(tmp_path):
         _x("aten::item", "cpu_op", 200, 500), _x("cudaLaunchKernel", "cuda_runtime", 210, 3),
         _x("cudaStreamSynchronize", "cuda_runtime", 220, 400),
         _x("aten::add", "cpu_op", 800, 200), _x("cudaLaunchKernel", "cuda_runtime", 810, 150),
+        # the autograd engine's thread: one backward function launching one kernel in 8 us
+        _x("autograd::engine::evaluate_function: MulBackward0", "cpu_op", 300, 8, tid=2),
+        _x("cudaLaunchKernel", "cuda_runtime", 302, 3, tid=2),
     ]
     path = tmp_path / "t.json.gz"
     with gzip.open(path, "wt") as fh:
@@ -39,10 +42,14 @@ def _trace(tmp_path):
 
 def test_known_answers(tmp_path):
     h = host_costs_from_trace(_trace(tmp_path))
-    assert (h.launches, h.threads, h.op_spans) == (6, 1, 2)
+    assert (h.launches, h.threads, h.op_spans) == (7, 2, 3)
     assert h.launch_call_us == 3.0
-    assert h.cpu_us_per_kernel == pytest.approx(60 / 4) and h.cpu_us_per_kernel_median == pytest.approx(15)
-    assert h.launch_gap_us == 88  # gaps 12, 88, 12, 90, 600 us between the launches: median 88
+    assert h.cpu_us_per_kernel == pytest.approx(68 / 5) and h.cpu_us_per_kernel_median == pytest.approx(15)
+    assert h.launch_gap_us == 88  # gaps 12, 88, 12, 90, 600 us between the first thread's launches: median 88
+    main, autograd = h.threads_detail
+    assert (main.launches, main.autograd, main.cpu_us_per_kernel_median) == (6, False, 15)
+    assert (autograd.thread, autograd.launches, autograd.autograd, autograd.cpu_us_per_kernel_median) == \
+        ("1/2", 1, True, 8)
     (layer,) = h.layers
     assert (layer.module, layer.passes, layer.cpu_us, layer.kernels, layer.cpu_us_per_kernel) == \
         ("MyDecoderLayer", 2, 40, 2, 20)
@@ -61,7 +68,9 @@ def test_cli(tmp_path):
     assert out.exit_code == 0, out.output
     assert "launch call (median)               3.00 us" in out.output and "MyDecoderLayer" in out.output
     js = json.loads(CliRunner().invoke(main, ["validate-trace", path, "--host", "--json"]).output)
-    assert js["cpu_us_per_kernel"] == 15 and js["layers"][0]["passes"] == 2
+    assert js["cpu_us_per_kernel_median"] == 15 and js["layers"][0]["passes"] == 2
+    assert [t["autograd"] for t in js["threads_detail"]] == [False, True]
+    assert "(autograd: backward)" in out.output
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     err = CliRunner().invoke(main, ["validate-trace", str(bad), "--host"])

@@ -13,6 +13,9 @@ The figures a user measures on their own host to check or replace flowsim's host
   :data:`BLOCKED_LAUNCH`, is left out): dispatch, allocator and launch per kernel;
 * **launch gap**: the median time between consecutive launches of one CPU thread: what the CPU needs per kernel
   while it issues (Python, dispatch, launch), an upper bound on the host cost where the CPU is the bottleneck;
+* **per thread**: launches and the median CPU per kernel of the operator spans of each launching thread, the
+  autograd engine's thread (the one running ``autograd::engine::evaluate_function`` spans: the backward pass)
+  marked, so forward and backward issue costs can be told apart;
 * **per layer pass**: for each module class whose name looks like a layer (:data:`LAYER_CLASS`, e.g.
   ``DeepseekV2DecoderLayer``, ``TransformerBlock``, ``Bottleneck``) among the ``nn.Module: <class>_<n>`` spans
   (recorded with ``with_modules=True``): passes, median CPU microseconds per pass, kernels launched per pass,
@@ -59,6 +62,17 @@ class LayerPasses:
 
 
 @dataclass(frozen=True)
+class ThreadHost:
+    """One CPU thread that launches kernels: ``thread`` (``pid/tid``), launches, whether it runs the autograd
+    engine (backward), and the median CPU microseconds per kernel of its operator spans that do not wait."""
+
+    thread: str
+    launches: int
+    autograd: bool
+    cpu_us_per_kernel_median: float
+
+
+@dataclass(frozen=True)
 class HostTrace:
     """Host-side figures of one trace (module docstring), microseconds; NaN where the trace holds no such event."""
 
@@ -71,11 +85,13 @@ class HostTrace:
     op_spans: int
     launch_gap_us: float
     layers: tuple = field(default_factory=tuple)
+    threads_detail: tuple = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
         """The JSON view (what ``flowsim validate-trace --host --json`` prints)."""
         d = asdict(self)
         d["layers"] = [asdict(x) for x in self.layers]
+        d["threads_detail"] = [asdict(x) for x in self.threads_detail]
         return d
 
 
@@ -102,7 +118,7 @@ def host_costs_from_trace(path: str | Path) -> HostTrace:
     """The host figures of one Kineto trace (module docstring); ConfigError for a file that is not a trace."""
     trace = read_events(path)
     launches, syncs, ops, modules = defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list)
-    long_launches = defaultdict(list)
+    long_launches, autograd = defaultdict(list), set()
     launch_durs = []
     for e in trace.events:
         if e.get("ph") != "X":
@@ -116,6 +132,8 @@ def host_costs_from_trace(path: str | Path) -> HostTrace:
             syncs[key].append(ts)
         elif e.get("cat") == "cpu_op":
             ops[key].append((ts, ts + dur))
+            if name.startswith("autograd::engine"):
+                autograd.add(key)
         else:
             m = _MODULE.match(name)
             if m and LAYER_CLASS.search(m.group(1)):
@@ -125,13 +143,17 @@ def host_costs_from_trace(path: str | Path) -> HostTrace:
         syncs[key].extend(ts for ts, dur in calls if dur > blocked_dur)
     for times in (*launches.values(), *syncs.values()):
         times.sort()
-    per_span = []
+    by_thread = defaultdict(list)
     for key, spans in ops.items():
         for ts, stop in _top_level(spans):
             k = _inside(launches.get(key, []), ts, stop)
             if k and not _inside(syncs.get(key, []), ts, stop):
-                per_span.append((stop - ts, k))
+                by_thread[key].append((stop - ts, k))
+    per_span = [x for spans in by_thread.values() for x in spans]
     cpu, kernels = sum(d for d, _ in per_span), sum(k for _, k in per_span)
+    threads = tuple(ThreadHost(thread=f"{key[0]}/{key[1]}", launches=len(times), autograd=key in autograd,
+                               cpu_us_per_kernel_median=_med([d / k for d, k in by_thread.get(key, [])]))
+                    for key, times in sorted(launches.items(), key=lambda kv: -len(kv[1])))
     gaps = [b - a for times in launches.values() for a, b in zip(times, times[1:])]
     layers = []
     for module, spans in sorted(modules.items()):
@@ -144,4 +166,4 @@ def host_costs_from_trace(path: str | Path) -> HostTrace:
                      launch_call_us=_med(launch_durs),
                      cpu_us_per_kernel=cpu / kernels if kernels else float("nan"),
                      cpu_us_per_kernel_median=_med([d / k for d, k in per_span]), op_spans=len(per_span),
-                     launch_gap_us=_med(gaps), layers=tuple(layers))
+                     launch_gap_us=_med(gaps), layers=tuple(layers), threads_detail=threads)

@@ -88,6 +88,9 @@ def _host_report(trace, as_json) -> None:
     click.echo(f"CPU per kernel in operators    {h.cpu_us_per_kernel:8.2f} us  (median span "
                f"{h.cpu_us_per_kernel_median:.2f} us; {h.op_spans} top-level spans that do not wait)")
     click.echo(f"gap between launches (median)  {h.launch_gap_us:8.2f} us")
+    for t in h.threads_detail:
+        click.echo(f"  thread {t.thread}: {t.launches} launches, CPU per kernel {t.cpu_us_per_kernel_median:.2f} us"
+                   + ("  (autograd: backward)" if t.autograd else ""))
     if h.layers:
         click.echo(format_table(h.to_dict()["layers"], _HOST_LAYERS))
     else:
