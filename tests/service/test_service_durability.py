@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 
 from harness import Server, make_token, start_worker, stop_worker, wait_for
 from sqlalchemy import func, select
@@ -36,7 +37,8 @@ def test_killed_worker_job_is_requeued_and_every_point_stored_once(db_url):
                 points_before = s.scalar(select(func.count()).select_from(Point))
             job = _job(engine, job_id)
             assert job.state == "running" and points_before > 0
-            second = start_worker(db_url, "--exit-when-idle")  # claims it once the 2 s lease has run out
+            wait_for(lambda: _job(engine, job_id).lease_expires_s < time.time(), 30, "the lease to run out")
+            second = start_worker(db_url, "--exit-when-idle")  # requeues and claims it
             assert second.wait(180) == 0
             log = second.stderr.read().decode()
             job = alice.get(f"/v1/jobs/{job_id}").json()
@@ -48,8 +50,9 @@ def test_killed_worker_job_is_requeued_and_every_point_stored_once(db_url):
                 results = s.scalar(select(func.count()).select_from(Result).where(Result.key == body["key"]))
                 keys = s.scalars(select(Point.key)).all()
             # resumed: the first worker's committed points were reused, the rest simulated once
-            assert result["reused"] == points_before > 0
-            assert points == result["evaluated"] + result["reused"] == len(set(keys))
+            counts = (points_before, points, result["evaluated"], result["reused"], log)
+            assert result["reused"] == points_before > 0, counts
+            assert points == result["evaluated"] + result["reused"] == len(set(keys)), counts
             assert results == 1
             assert result["fitting"] == len(result["ranked"]) > 0
             engine.dispose()
