@@ -249,3 +249,14 @@ def test_flex_network_stage_contends_on_the_flow_engine():
     analytic = flowsim.simulate(kw)
     flow = flowsim.simulate(dict(kw, comm_engine="flow"))
     assert flow.stages[1].ep_comm_s > 1.5 * analytic.stages[1].ep_comm_s
+
+
+def test_alltoall_sorts_received_chunks_by_expert():
+    # EP 4 with 2 local experts: the received tokens are sorted by expert and back (read + write each time)
+    kw = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, ep=4, gbs=8, moe_imbalance_factor=1.0)
+    c = build_workload(build_config(**kw)).moe_layer.compute
+    received = 2 * (4096 * 2 // 8 * 4)  # two local experts, each 4 ranks' share
+    sort = c[(c["name"] == "sort_chunks") & (c["phase"] == "fwd")]["bytes"]
+    assert list(sort) == [2 * 2 * received * 4096 * 2]
+    one_local = build_workload(build_config(**{**kw, "ep": 8})).moe_layer.compute
+    assert "sort_chunks" not in set(one_local["name"])

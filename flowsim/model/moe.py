@@ -246,6 +246,11 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
         # permute before dispatch and unpermute after combine: read and write every routed hidden vector
         rows.append(memory("permute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
         rows.append(memory("unpermute" + (".bwd" if ph == "bwd" else ""), 2 * moved * h * ACT_BYTES, ph))
+        if t.moe_token_dispatcher_type == "alltoall" and ep > 1 and local > 1:
+            # the received tokens arrive grouped by source rank: sorted into per-expert order after the
+            # dispatch and back before the combine (Megatron-LM MoEAlltoAllTokenDispatcher sort_chunks_by_idxs)
+            rows.append(memory("sort_chunks" + (".bwd" if ph == "bwd" else ""),
+                               2 * 2 * local * per_expert * h * ACT_BYTES, ph))
         comms.extend(comm(group, op, size, ph) for group, op, size in dispatch)
 
     def grouped(name, mm, nn, kk, phase):
