@@ -85,9 +85,13 @@ def test_block_terms_over_several_blocks():
 
 
 def test_host_cost_table_has_every_mode_and_cpu_with_a_source():
-    from flowsim.model.host_costs import CPU_FAMILIES, HOST_MODES, host_costs, sources
+    import csv
+    from importlib import resources
 
-    assert all(r["source"] and r["value_us"] > 0 for r in sources())
+    from flowsim.model.host_costs import CPU_FAMILIES, HOST_MODES, host_costs
+
+    text = resources.files("flowsim.model").joinpath("data/host_costs.csv").read_text(encoding="utf-8")
+    assert all(r["source"] and float(r["value_us"]) > 0 for r in csv.DictReader(text.splitlines()))
     for mode in HOST_MODES[1:]:
         for cpu in CPU_FAMILIES:
             c = host_costs(mode, cpu)

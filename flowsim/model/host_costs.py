@@ -63,12 +63,6 @@ def host_costs(mode: str, cpu: str) -> HostCosts:
                      *(t[("graphed", cpu, p)][0] * US for p in ("graph_launch_us", "graph_node_us")))
 
 
-def sources() -> list[dict]:
-    """Every figure of the data file with its source (for docs and ``--explain`` style listings)."""
-    return [{"mode": m, "cpu": c, "parameter": p, "value_us": v, "source": s}
-            for (m, c, p), (v, s) in _table().items()]
-
-
 def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "none") -> np.ndarray:
     """CPU seconds to issue each row of a block's op table (all ``count`` instances of the row).
 
