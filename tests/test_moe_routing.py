@@ -96,11 +96,11 @@ def test_deepep_two_stages_have_its_design_bytes():
     comms = [(c.group, c.op, c.size_bytes) for c in build_workload(cfg).moe_layer.comms if c.phase == "fwd"]
     assert comms == [("epx", "alltoall", pytest.approx(vec * nodes)), ("epn", "alltoall", pytest.approx(vec * gpus)),
                      ("epn", "alltoall", pytest.approx(vec * gpus)), ("epx", "alltoall", pytest.approx(vec * nodes))]
-    # DeepEP's NVLink stage stops at 8 GPUs on an NVL72 rack too; with the rack's 64 the group needs no network
-    rack = dict(V3, cluster="gb200-nvl72")
-    assert flex_stage_bytes(build_config(**rack, moe_token_dispatcher_type="flex"), 4096)[1:] == (0.0, 1)
-    assert flex_stage_bytes(build_config(**rack, moe_token_dispatcher_type="flex", moe_flex_nvlink_ranks=8),
-                            4096)[2] == 8
+    # DeepEP's NVLink stage stops at 8 GPUs on an NVL72 rack too (8 stages of 8); HybridEP spans the rack's 64
+    rack = dict(V3, cluster="gb200-nvl72", moe_token_dispatcher_type="flex")
+    assert flex_stage_bytes(build_config(**rack), 4096)[2] == 8
+    assert flex_stage_bytes(build_config(**rack, moe_flex_dispatcher_backend="hybridep"), 4096)[1:] == (0.0, 1)
+    assert flex_stage_bytes(build_config(**rack, moe_flex_nvlink_ranks=16), 4096)[2] == 4
     a2a, flex = flowsim.simulate(build_config(**V3)), flowsim.simulate(cfg)
     assert flex.stages[0].ep_comm_s < a2a.stages[0].ep_comm_s
     assert {x.group for x in flex.collectives} >= {"epn", "epx"}

@@ -7,7 +7,7 @@ from flowsim.config import bounds
 from flowsim.config.cluster import ClusterConfig, job_domain_size
 from flowsim.config.layout import check_expert_layout, check_layout, chunks_per_stage, group_spans
 from flowsim.config.model import ModelConfig
-from flowsim.config.training import TrainingConfig
+from flowsim.config.training import DEEPEP_MAX_NVL_PEERS, TrainingConfig
 from flowsim.errors import ConfigError
 
 
@@ -63,6 +63,8 @@ class SimConfig:
         nvl = t.moe_flex_nvlink_ranks
         if t.moe_token_dispatcher_type == "flex" and not nvl:
             nvl = job_domain_size(self.cluster)
+            if t.moe_flex_dispatcher_backend == "deepep":
+                nvl = min(nvl, DEEPEP_MAX_NVL_PEERS)
         return replace(self, training=replace(t, data_parallel_size=dp, global_batch_size=gbs, seq_length=seq,
                                               moe_flex_nvlink_ranks=nvl))
 

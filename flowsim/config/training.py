@@ -30,6 +30,9 @@ COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep")
+DEEPEP_MAX_NVL_PEERS = 8
+"""GPUs DeepEP's NVLink stage reaches (``NUM_MAX_NVL_PEERS``, deepseek-ai/DeepEP csrc/kernels/configs.cuh): its
+internode kernels treat larger NVLink domains as groups of 8 joined by RDMA."""
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_GRAPH_SCOPES = ("none", "layer", "module", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
@@ -136,8 +139,8 @@ class TrainingConfig:
         arXiv 2412.19437 sec. 3.2.2), in place of NCCL's one SM per channel.
     moe_flex_nvlink_ranks : int
         GPUs one NVLink stage of the flex dispatcher spans (its "node"). 0 (default): the job's scale-up domain
-        (filled in by :meth:`flowsim.config.SimConfig.resolved`). DeepEP's internode kernels stop at 8
-        (``NUM_MAX_NVL_PEERS``, deepseek-ai/DeepEP csrc/kernels/configs.cuh), also on NVL72 racks.
+        for HybridEP, at most :data:`DEEPEP_MAX_NVL_PEERS` (8) for DeepEP, also on NVL72 racks (filled in by
+        :meth:`flowsim.config.SimConfig.resolved`).
     expert_rank_order : str
         Megatron-core's rank order of the expert layers (:data:`flowsim.config.layout.EXPERT_RANK_ORDERS`):
         ``tp-ep-dp-pp`` (Megatron-core >= 0.10) or ``tp-cp-ep-dp-pp`` (<= 0.9: experts split by TP, EP groups
