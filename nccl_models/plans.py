@@ -542,11 +542,8 @@ def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfer
     per_channel = size / channels
     chunk = tree_chunk_bytes(p, per_channel, depth, layout)
     n_chunks = max(1, math.ceil(per_channel / chunk))
-    # a streamed tree's fill is NCCL's chunks for Simple (stored and forwarded); LL/LL128 forward each line as
-    # its flag arrives, so their fill is the latency NCCL already charges per hop (execution.pipeline_fill_s)
-    fill_chunk = min(chunk, per_channel) if p == Proto.SIMPLE else 0.0
-    groups, frac, path, fill, stream = _chunking(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth, fill_chunk,
-                                                 max_transfers)
+    groups, frac, path, fill, stream = _chunking(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth,
+                                                 min(chunk, per_channel), max_transfers)
     return (*_pipelined(parent, groups, frac, size, True, True, stream), path, fill)
 
 
