@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import click
 import pandas as pd
@@ -33,6 +34,11 @@ SHAPES = {
     "memory": ("bytes",),
 }
 _REQUIRED = {"gemm": 3, "attn_fwd": 5, "attn_bwd": 5, "memory": 1}
+# Shape bounds: GEMM and attention dimensions of training jobs stay below 2**24 (tokens per micro-batch,
+# vocabularies and widths are all < 2**22, flowsim.config.bounds); a memory-bound op moves at most 1 TiB,
+# more than any GPU's HBM (B300: 288 GB).
+MAX_SHAPE_DIM = 2**24
+MAX_MEMORY_OP_BYTES = 2**40
 
 
 def parse_shape(op: str, shape: str) -> dict:
@@ -46,6 +52,9 @@ def parse_shape(op: str, shape: str) -> dict:
         values = [float(p) if op == "memory" else int(p) for p in parts]
     except ValueError:
         raise ConfigError("shape", rule + " (numbers)", shape) from None
+    limit = MAX_MEMORY_OP_BYTES if op == "memory" else MAX_SHAPE_DIM
+    if not all(math.isfinite(v) and v <= limit for v in values):  # the lower bound is the op's own check
+        raise ConfigError("shape", f"{rule}: each finite and <= {limit:,}", shape)
     return dict(zip(names, values))
 
 

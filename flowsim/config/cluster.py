@@ -125,7 +125,9 @@ class ClusterConfig:
                 or self.leaves_per_rail < 0:
             raise ConfigError("leaves_per_rail", "must be an integer >= 0 (0 = as few as the radix allows)",
                               self.leaves_per_rail)
-        bounds.check_int_max(self, ("leaves_per_rail",), bounds.MAX_GPUS, "at most one leaf per GPU")
+        if self.leaves_per_rail > self.num_nodes:
+            raise ConfigError("leaves_per_rail", "must not exceed the hosts of the job (every leaf needs a host)",
+                              f"{self.leaves_per_rail} leaves, {self.num_nodes} hosts")
 
 
 def job_domain_size(cluster: ClusterConfig) -> int:
