@@ -12,7 +12,7 @@ tune       ``config``: a job without layout keys; ``space``: tune's     :func:`f
 sweep      ``config``: a study mapping (``flowsim sweep``'s file)       :func:`flowsim.explore.sweep.run_study`
 validate   ``measurement``: id of an uploaded runs CSV                  :func:`flowsim.validation.runs.validate_runs`
 collective ``config``: op, sizes (``MIN:MAX``), cluster, nodes, ...     :func:`flowsim.nccl_models.predict`
-calibrate  ``measurements``: ids of uploads                             ``flowsim.calibrate`` when installed
+calibrate  ``measurement``: id of an uploaded runs CSV; ``grid``      ``flowsim calibrate`` (when installed)
 ========== ============================================================ =========================================
 
 :func:`prepare` checks a body once, when it is submitted (a ConfigError is the 422 of the API), and
@@ -62,9 +62,12 @@ def _hash(kind: str, params: Mapping) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+CALIBRATE_GRID = 7  # simulations per run over the parameter range (flowsim calibrate's --grid default)
+
+
 def calibrate_available() -> bool:
-    """True when the ``flowsim.calibrate`` module (built separately) is installed."""
-    return importlib.util.find_spec("flowsim.calibrate") is not None
+    """True when calibration (``flowsim.calibrate`` and the ``flowsim calibrate`` command) is installed."""
+    return all(importlib.util.find_spec(m) is not None for m in ("flowsim.calibrate", "flowsim.cli.calibrate_cmd"))
 
 
 def _mapping(body: Mapping, name: str) -> dict:
@@ -152,13 +155,8 @@ def prepare(body: Mapping, measurement_kind: Callable[[str], str | None]) -> tup
         return kind, {"config": study}, _hash(kind, {"config": study})
     if kind == "validate":
         _only(body, ("measurement",))
-        mid = body.get("measurement")
-        mkind = measurement_kind(mid) if isinstance(mid, str) else None
-        if mkind is None:
-            raise ConfigError("measurement", "no such upload of yours (POST /v1/measurements first)", mid)
-        if mkind != "runs":
-            raise ConfigError("measurement", f"validate needs a runs CSV, this upload is {mkind}", mid)
-        return kind, {"measurement": mid}, _hash(kind, {"measurement": mid})
+        params = {"measurement": _runs_upload(kind, body, measurement_kind)}
+        return kind, params, _hash(kind, params)
     if kind == "collective":
         _only(body, ("config",))
         config = _mapping(body, "config")
@@ -167,15 +165,26 @@ def prepare(body: Mapping, measurement_kind: Callable[[str], str | None]) -> tup
             raise ConfigError(bad[0], f"unknown collective key; known: {', '.join(COLLECTIVE_KEYS)}")
         _collective_setup(config)
         return kind, {"config": config}, _hash(kind, {"config": config})
-    _only(body, ("measurements",))
     if not calibrate_available():
         raise ConfigError("kind", "calibrate is not available in this flowsim (flowsim.calibrate is not "
                           "installed)", kind)
-    ids = body.get("measurements")
-    if not isinstance(ids, list) or not ids or any(not isinstance(i, str) or measurement_kind(i) is None
-                                                   for i in ids):
-        raise ConfigError("measurements", "must list ids of your uploads", ids)
-    return kind, {"measurements": ids}, _hash(kind, {"measurements": ids})
+    _only(body, ("measurement", "grid"))
+    grid = body.get("grid", CALIBRATE_GRID)
+    if not isinstance(grid, int) or isinstance(grid, bool) or not 3 <= grid <= 25:
+        raise ConfigError("grid", "must be an integer in 3..25 (flowsim calibrate --grid)", grid)
+    params = {"measurement": _runs_upload(kind, body, measurement_kind), "grid": grid}
+    return kind, params, _hash(kind, params)
+
+
+def _runs_upload(kind: str, body: Mapping, measurement_kind) -> str:
+    """The id of the runs CSV ``body`` names (ConfigError unless it is one of the caller's uploads)."""
+    mid = body.get("measurement")
+    mkind = measurement_kind(mid) if isinstance(mid, str) else None
+    if mkind is None:
+        raise ConfigError("measurement", "no such upload of yours (POST /v1/measurements first)", mid)
+    if mkind != "runs":
+        raise ConfigError("measurement", f"{kind} needs a runs CSV, this upload is {mkind}", mid)
+    return mid
 
 
 def _collective_setup(config: Mapping):
@@ -231,14 +240,16 @@ def run(kind: str, params: Mapping, ctx: Context) -> dict:
         study = parse_study(params["config"], default_name="sweep")
         _track_progress(ctx, lambda: [c for p in study.points for c in _study_configs(study, p)])
         return jsonable(run_study(study, store=ctx.store, jobs=1, scheduler=ctx.scheduler).to_dict())
-    if kind == "validate":
-        from flowsim.validation.runs import validate_runs
-
+    if kind in ("validate", "calibrate"):
         _, content = ctx.measurement(params["measurement"])
-        with tempfile.TemporaryDirectory(prefix="flowsim-validate-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"flowsim-{kind}-") as tmp:
             path = Path(tmp) / "runs.csv"  # our own name: an upload never chooses a path
             path.write_bytes(content)
-            return jsonable(validate_runs(path).to_dict())
+            if kind == "validate":
+                from flowsim.validation.runs import validate_runs
+
+                return jsonable(validate_runs(path).to_dict())
+            return jsonable(_calibrate(path, params))
     if kind == "collective":
         from flowsim.nccl_models import predict
 
@@ -246,9 +257,24 @@ def run(kind: str, params: Mapping, ctx: Context) -> dict:
         c = params["config"]
         rows = [predict(op, s, layout, algo=c.get("algo"), proto=c.get("proto")).to_dict() for s in sizes]
         return jsonable({"layout": layout.to_dict(), "nccl_version": layout.nccl_version, "rows": rows})
-    import flowsim.calibrate as calibrate  # noqa: F401  (prepare() admits this kind only when installed)
+    raise ConfigError("kind", f"must be one of {', '.join(KINDS)}", kind)
 
-    raise ConfigError("kind", "calibrate jobs are not wired to flowsim.calibrate yet", kind)
+
+def _calibrate(path: Path, params: Mapping) -> dict:
+    """``flowsim calibrate RUNS --json`` of an uploaded runs CSV, with the profile it would write."""
+    from flowsim.calibrate import calibrate_runs, profile_of
+    from flowsim.cli.calibrate_cmd import tabulated
+
+    runs, skipped, table, keys = tabulated(str(path), params["grid"])
+    result = calibrate_runs(runs, table, keys)
+    fitted_on = (f"upload {params['measurement']}: {len(runs)} runs of {len({r.source for r in runs})} sources "
+                 f"({len(skipped)} rows skipped)")
+    profile = profile_of(result, fitted_on, f"POST /v1/jobs calibrate {params['measurement']}")
+    return {"parameters": [p.to_dict() for p in profile.parameters],
+            "refused": [{"key": k, "rows": n} for k, n in result.refused], "dropped": list(result.dropped),
+            "errors": {"uncalibrated_median_pct": result.uncalibrated_pct, "in_sample_median_pct": result.in_sample_pct,
+                       "loso_median_pct": result.loso_pct, "runs": len(runs), "skipped": len(skipped)},
+            "profile": profile.to_dict()}
 
 
 def _study_configs(study, point) -> list:

@@ -12,7 +12,7 @@ from harness import Server, make_token, start_worker, stop_worker, wait_for
 from flowsim.cli import main
 
 MAX_BODY_MB = 0.25  # the server's body limit in these tests (262,144 bytes)
-MAX_JOBS = 5  # the server's per-user limit of active jobs in these tests
+MAX_JOBS = 6  # the server's per-user limit of active jobs in these tests
 SMALL = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "gbs": 64}
 
 
@@ -127,9 +127,11 @@ def test_bad_jobs_are_422(alice, body, error):
 def test_calibrate_only_when_available(alice):
     from flowsim.service.kinds import calibrate_available
 
-    r = alice.post("/v1/jobs", json={"kind": "calibrate", "measurements": []})
+    r = alice.post("/v1/jobs", json={"kind": "calibrate", "measurement": "nope"})
     if calibrate_available():
-        assert r.status_code == 422 and r.json()["error"].startswith("measurements: ")
+        assert r.status_code == 422 and r.json()["error"].startswith("measurement: no such upload of yours")
+        r = alice.post("/v1/jobs", json={"kind": "calibrate", "measurement": "nope", "grid": 2})
+        assert r.status_code == 422 and r.json()["error"].startswith("grid: must be an integer in 3..25")
     else:
         assert r.status_code == 422 and r.json()["error"].startswith("kind: calibrate is not available")
 
@@ -250,6 +252,10 @@ def test_measurements_and_every_job_kind_complete(server, alice, bob, shared_dat
         "collective": {"kind": "collective", "config": {"op": "allreduce", "cluster": "dgx-h100", "nodes": 2,
                                                         "sizes": "1M:4M"}},
     }
+    from flowsim.service.kinds import calibrate_available
+
+    if calibrate_available():
+        bodies["calibrate"] = {"kind": "calibrate", "measurement": m["id"], "grid": 3}
     ids = {}
     for kind, body in bodies.items():
         r = alice.post("/v1/jobs", json=body)
@@ -261,8 +267,9 @@ def test_measurements_and_every_job_kind_complete(server, alice, bob, shared_dat
         assert job["state"] == "done" and job["progress"] == 1.0 and job["run_s"] >= 0, job
         res = alice.get(f"/v1/jobs/{jid}/result").json()
         assert res["kind"] == kind
-        table = list(csv.DictReader(io.StringIO(alice.get(f"/v1/jobs/{jid}/result", params={"format": "csv"}).text)))
-        assert table, kind
+        table = alice.get(f"/v1/jobs/{jid}/result", params={"format": "csv"})
+        assert table.headers["content-type"].startswith("text/csv")
+        assert kind == "calibrate" or list(csv.DictReader(io.StringIO(table.text))), kind
     est = alice.get(f"/v1/jobs/{ids['estimate']}/result").json()["result"]
     assert est == alice.post("/v1/estimate", json={**SMALL, "tp": 8}).json()
     tune = alice.get(f"/v1/jobs/{ids['tune']}/result").json()["result"]
@@ -272,12 +279,15 @@ def test_measurements_and_every_job_kind_complete(server, alice, bob, shared_dat
     assert len(alice.get(f"/v1/jobs/{ids['collective']}/result").json()["result"]["rows"]) == 3
     assert alice.get(f"/v1/jobs/{ids['validate']}/result").json()["result"]["summary"]["n"] >= 1
     assert alice.get(f"/v1/jobs/{ids['tune']}/result", params={"format": "xml"}).status_code == 422
+    if "calibrate" in ids:  # the upload fed a calibration: flowsim calibrate's figures and its profile
+        cal = alice.get(f"/v1/jobs/{ids['calibrate']}/result").json()["result"]
+        assert cal["errors"]["runs"] == 4 and "parameters" in cal["profile"]
 
     again = alice.post("/v1/jobs", json=bodies["estimate"]).json()  # the same config: no second simulation
     assert again["state"] == "done" and again["reused"] is True
     assert alice.get(f"/v1/jobs/{again['id']}/result").json()["result"] == est
     metrics = alice.get("/metrics").text
-    assert 'flowsim_jobs{state="done"} 6.0' in metrics
+    assert f'flowsim_jobs{{state="done"}} {len(ids) + 1}.0' in metrics
 
 
 def test_token_create_prints_the_token_last(tmp_path):

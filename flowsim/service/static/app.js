@@ -177,7 +177,8 @@ function plotJob(kind, result) {
 }
 
 function rowsOf(kind, result) {
-  return { estimate: result.stages, tune: result.ranked, sweep: result.points }[kind] || result.rows || [];
+  return { estimate: result.stages, tune: result.ranked, sweep: result.points }[kind] || result.rows ||
+    result.parameters || [];
 }
 
 async function download(path, name) {
