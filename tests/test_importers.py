@@ -298,3 +298,33 @@ def test_cli_estimate_imports_and_reports(tmp_path):
     assert json.loads(imp.stdout)["step_time_s"] == json.loads(ref.stdout)["step_time_s"]
     both = runner.invoke(main, ["estimate", "--megatron-args", str(args), "--hf-config", str(args)])
     assert both.exit_code == 2 and "Error: --hf-config: give only one of" in both.output
+
+
+FULL_MODEL = {"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16, "ffn_hidden_size": 4096,
+              "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
+              "add_bias_linear": False, "untie_embeddings_and_output_weights": True, "hidden_dropout": 0.0,
+              "vocab_size": 32000}
+
+
+@pytest.mark.parametrize("key", ["activation", "normalization", "position_embedding", "add_bias_linear",
+                                 "untie_embeddings_and_output_weights", "hidden_dropout", "vocab_size"])
+def test_hand_written_model_missing_an_architecture_key_is_reported(tmp_path, key):
+    from click.testing import CliRunner
+
+    import yaml
+
+    from flowsim.cli import main
+
+    path = tmp_path / "m.yaml"
+    args = ["estimate", str(path), "--cluster", "dgx-h100", "--gpus", "8", "--json"]
+    path.write_text(yaml.safe_dump({"model": FULL_MODEL}))
+    full = CliRunner().invoke(main, args)
+    assert full.exit_code == 0, full.output
+    assert "note:" not in full.stderr
+    path.write_text(yaml.safe_dump({"model": {k: v for k, v in FULL_MODEL.items() if k != key}}))
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    note = next(line for line in res.stderr.splitlines() if line.startswith("note: the model does not set"))
+    assert note.startswith(f"note: the model does not set {key}; used flowsim's defaults (GPT-3 style): {key}=")
+    preset = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"])
+    assert "note: the model does not set" not in preset.stderr

@@ -215,6 +215,8 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
     if chakra_dir:
         check_output_dir(chakra_dir, "--chakra")
     cfg = build_config(imported, config, **overrides)
+    if not imported:
+        _note_unstated(config, overrides)
     result = simulate(cfg)
     check_result(result)
     if trace_path:
@@ -253,6 +255,18 @@ def _imported(megatron_args, nemo_recipe, hf_config) -> dict | None:
     for line in imp.notes():
         click.echo(f"note: {line}", err=True)
     return imp.config
+
+
+def _note_unstated(config, overrides: dict) -> None:
+    """Name on stderr the architecture fields a hand-written model takes from flowsim's GPT-style defaults."""
+    from flowsim.config import read_config_file
+    from flowsim.config.importers.common import unstated_architecture
+
+    unstated = unstated_architecture(read_config_file(config) if config else {}, overrides)
+    if unstated:
+        used = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in unstated.items())
+        click.echo(f"note: the model does not set {', '.join(unstated)}; used flowsim's defaults (GPT-3 style): "
+                   f"{used}", err=True)
 
 
 def _estimate_workload(path, cluster, gpu, as_json) -> None:

@@ -1,7 +1,9 @@
 """What every importer returns, and the architecture keys none of them may default silently."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Mapping
 
 ARCHITECTURE_KEYS = ("activation", "normalization", "position_embedding", "add_bias_linear",
                      "untie_embeddings_and_output_weights", "hidden_dropout", "num_query_groups", "kv_channels",
@@ -65,3 +67,33 @@ def fill(model: dict, family: dict, whose: str, keys=ARCHITECTURE_KEYS) -> list:
             model[k] = family[k]
             used.append((k, family[k], whose))
     return used
+
+
+def unstated_architecture(*sources: Mapping) -> dict:
+    """``{key: flowsim's default}`` of the :data:`ARCHITECTURE_KEYS` a hand-written model leaves out.
+
+    ``sources`` are the mappings :func:`flowsim.build_config` merges (a config file's contents, flags). Empty
+    when any of them names a model preset (the preset holds every such key) or gives no model fields at all.
+    ``num_query_groups`` and ``kv_channels`` are left out: their defaults (one group per head, hidden / heads)
+    follow from the other fields.
+    """
+    from flowsim.config.loader import ALIASES
+    from flowsim.config.model import ModelConfig
+
+    given: set = set()
+    for src in sources:
+        for raw, value in src.items():
+            key = ALIASES.get(str(raw).strip().replace("-", "_"), str(raw).strip().replace("-", "_"))
+            if key == "model" and isinstance(value, str):
+                return {}
+            if key == "model" and isinstance(value, Mapping):
+                if "preset" in value:
+                    return {}
+                given |= {ALIASES.get(str(k).replace("-", "_"), str(k).replace("-", "_")) for k in value}
+            elif value is not None:
+                given.add("activation" if key == "swiglu" else key)
+    if "num_layers" not in given:
+        return {}
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    return {k: defaults[k] for k in ARCHITECTURE_KEYS
+            if k not in given and k not in ("num_query_groups", "kv_channels")}

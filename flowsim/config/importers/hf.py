@@ -31,7 +31,7 @@ GPT2_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 _USED = {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
          "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "hidden_act",
          "tie_word_embeddings", "attention_bias", "mlp_bias", "num_local_experts", "num_experts",
-         "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+         "n_routed_experts", "num_experts_per_tok", "n_group", "topk_group", "moe_intermediate_size", "shared_expert_intermediate_size",
          "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
          "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
          "n_embd", "n_layer", "n_head", "n_positions", "n_inner", "activation_function", "resid_pdrop",
@@ -135,6 +135,8 @@ def _moe(cfg: dict, mtype: str, model: dict) -> None:
         model["moe_shared_expert_intermediate_size"] = shared
     if cfg.get("first_k_dense_replace"):
         model["moe_first_k_dense"] = cfg["first_k_dense_replace"]
+    if cfg.get("n_group") and cfg.get("topk_group"):  # DeepSeek's group-limited routing
+        model["moe_router_num_groups"], model["moe_router_group_topk"] = cfg["n_group"], cfg["topk_group"]
     step = cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1
     if step != 1 or cfg.get("mlp_only_layers"):
         key = "mlp_only_layers" if cfg.get("mlp_only_layers") else "decoder_sparse_step"

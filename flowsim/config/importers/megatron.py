@@ -43,6 +43,8 @@ _INT = {  # Megatron dest -> (section, flowsim key)
     "num_attention_heads": ("model", "num_attention_heads"), "kv_channels": ("model", "kv_channels"),
     "num_experts": ("model", "num_moe_experts"), "moe_router_topk": ("model", "moe_router_topk"),
     "moe_ffn_hidden_size": ("model", "moe_ffn_hidden_size"),
+    "moe_router_num_groups": ("model", "moe_router_num_groups"),
+    "moe_router_group_topk": ("model", "moe_router_group_topk"),
     "moe_shared_expert_intermediate_size": ("model", "moe_shared_expert_intermediate_size"),
     "q_lora_rank": ("model", "q_lora_rank"), "kv_lora_rank": ("model", "kv_lora_rank"),
     "qk_head_dim": ("model", "qk_head_dim"), "qk_pos_emb_head_dim": ("model", "qk_pos_emb_head_dim"),
