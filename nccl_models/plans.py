@@ -26,8 +26,9 @@ the chain and tree, broadcast down, pipelined in chunks (Simple 512 KiB, LL 32 K
 and LL128 shrunk by NCCL's ladders when a channel has few chunks for the tree's depth). Broadcast/Reduce: the
 ring as a chain from/to root 0, chunks of 512 KiB. NVLS: every GPU sends its chunk up to the NVSwitch (``dst =
 SWITCH``), a zero-byte barrier (``src = dst = SWITCH``) stands for the switch-side reduction once every GPU's
-chunk has arrived, then every GPU receives the result (``src = SWITCH``); on one scale-up domain only (NCCL runs
-NVLS across nodes over CollNet, IB SHARP, which is not modelled). NVLSTree AllReduce: an NVLS reduce in each node
+chunk has arrived, then every GPU receives the result (``src = SWITCH``); on one scale-up domain only (NVLS
+across nodes, NVLS + IB SHARP, has no plan). CollNet (IB SHARP): the reduction is resident in the network
+(``NET_SWITCH``), streamed (:func:`_collnet`). NVLSTree AllReduce: an NVLS reduce in each node
 to one head per NIC, NCCL's double binary tree among the heads of each index across nodes, an NVLS broadcast
 back (:func:`_nvls_tree`). PAT AllGather/ReduceScatter, one rank per node: ``ceil(log2 n)`` Bruck steps
 (:func:`_pat`). AllToAll:
@@ -85,15 +86,18 @@ from flowsim.nccl_models.overrides import parse_override
 from flowsim.nccl_models.p2p import alltoall_time_s, p2p_latency_s, sendrecv_time_s
 from flowsim.nccl_models.tuning import cost_model, n_steps
 
-__all__ = ["SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "plan_collective", "btree_parent", "distinct_rings",
+__all__ = ["SWITCH", "NET_SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "plan_collective", "btree_parent", "distinct_rings",
            "dtree_parent", "nvls_heads", "walecki_rings", "zigzag_path"]
 
 SWITCH = -1
 """Rank id of the NVSwitch in NVLS plans (the scale-up switch of the source/destination GPU's domain)."""
+NET_SWITCH = -2
+"""Rank id of the network's SHARP reduction in CollNet plans: a transfer to it leaves through the GPU's NIC to
+its leaf switch, one from it arrives through the leaf and the NIC (the aggregation tree above the leaves carries
+one reduced stream per leaf and is not simulated)."""
 
-PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "P2P")
-"""Algorithms (NCCL names) that have a plan. CollNet (and NVLS across nodes, which NCCL runs over CollNet) has
-none: it reduces in the IB switches (SHARP), which the topology does not model."""
+PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain", "P2P")
+"""Algorithms (NCCL names) that have a plan. NVLS across nodes (NVLS + SHARP) has none."""
 
 DEFAULT_MAX_TRANSFERS = 1 << 13
 """Transfers above which a plan merges steps/loops/chunks (a cost cap, set from benchmarks/bench_collectives.py)."""
@@ -102,7 +106,8 @@ _WIRE_FACTOR = {Proto.LL: 1.0 / LL_BW_FACTOR,  # NCCL 2.30.7 device.h: LL line =
                 Proto.LL128: 1.0 / TREE_LL128_BW_FACTOR_MULTI,  # NCCL 2.30.7 device.h: 120 B data / 128 B line
                 Proto.SIMPLE: 1.0}
 _PROTO = {"LL": Proto.LL, "LL128": Proto.LL128, "Simple": Proto.SIMPLE}
-_ALGO = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS, "NVLSTree": Algo.NVLS_TREE, "PAT": Algo.PAT}
+_ALGO = {"Ring": Algo.RING, "Tree": Algo.TREE, "NVLS": Algo.NVLS, "NVLSTree": Algo.NVLS_TREE, "PAT": Algo.PAT,
+         "CollNetDirect": Algo.COLLNET_DIRECT, "CollNetChain": Algo.COLLNET_CHAIN}
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +127,8 @@ class Plan:
     size_bytes : float
         Collective size, nccl-tests convention (total buffer for AllGather/ReduceScatter/AllToAll).
     src, dst : int64[n_transfers]
-        Communicator ranks; :data:`SWITCH` (-1) is the NVSwitch in NVLS plans.
+        Communicator ranks; :data:`SWITCH` (-1) is the NVSwitch in NVLS plans, :data:`NET_SWITCH` (-2) the
+        network's SHARP reduction in CollNet plans.
     payload_bytes : float64[n_transfers]
         User data each transfer carries, bytes (wire bytes = ``payload_bytes * wire_factor``).
     channel : int64[n_transfers]
@@ -328,6 +334,8 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo, proto, *,
         parts = _nvls_tree(size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
     elif a == Algo.PAT:
         parts = _pat(coll, size, layout, g.exec_channels, max_transfers)
+    elif a in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
+        parts = _collnet(a, size, layout, g.exec_channels)
     elif a == Algo.TREE:
         parts = _tree(size, layout, g.exec_channels, p, max_transfers)
     elif coll in (Coll.BROADCAST, Coll.REDUCE):
@@ -695,6 +703,56 @@ def _pat(coll: Coll, size: float, layout: CommLayout, channels: int, max_transfe
             dependent, dependency, groups + L - 1, 0.0)
 
 
+def _collnet(a: Algo, size: float, layout: CommLayout, channels: int):
+    """CollNet AllReduce with IB SHARP (research notes sec. 1.7; NCCL ``device/all_reduce.h``
+    ``runCollNetDirect`` / ``runCollNetChain``), streamed: every edge at once, no dependencies, the fill of
+    NCCL's 512 KiB Simple chunks over the path's hops as latency [chunk size assumed as Simple's step].
+
+    * Chain: ``R`` chains per node (one per NIC rail, as rings: :func:`distinct_rings`), each through all the
+      node's ranks from its head; each chain carries ``S / R``: reduced up the chain (NVLink), the head sends it
+      to the network's reduction (:data:`NET_SWITCH`) and receives the result, which goes back down the chain.
+    * Direct: ``H = min(ppn, NICs)`` heads per node (local rank ``h x ppn / H``); every rank sends each head its
+      ``S / H`` share (NVLink), each head sends its reduced share to the network and receives the result, which
+      it sends to every rank of its node.
+
+    Either way a node sends ``S`` to the network and receives ``S`` (``S / R`` or ``S / H`` per NIC), and a rank
+    sends ``S`` over NVLink (Chain: all but the chains' heads up, all but their tails down; Direct:
+    ``(H - 1) / H`` of ``S`` to the other heads, a head ``S`` more to its node).
+    """
+    nn, ppn = layout.n_nodes, layout.ranks_per_node
+    node = np.arange(nn)[:, None]
+    if a == Algo.COLLNET_CHAIN:
+        R = distinct_rings(layout, channels)
+        order = _ring_order(layout, R).reshape(R, nn, ppn)
+        child, parent = order[:, :, 1:].ravel(), order[:, :, :-1].ravel()
+        head = order[:, :, 0].ravel()
+        ch_chain = np.repeat(np.arange(R), nn * (ppn - 1))
+        ch_head = np.repeat(np.arange(R), nn)
+        src = np.concatenate([child, head, np.full(head.size, NET_SWITCH), parent])
+        dst = np.concatenate([parent, np.full(head.size, NET_SWITCH), head, child])
+        channel = np.concatenate([ch_chain, ch_head, ch_head, ch_chain])
+        payload = np.full(src.size, size / R)
+        hops = 2 * ppn
+    else:
+        H = max(1, min(ppn, layout.nics_per_node))
+        heads = node * ppn + np.arange(H)[None, :] * ppn // H  # [nn, H]
+        ranks = node * ppn + np.arange(ppn)[None, :]  # [nn, ppn]
+        h_idx = np.broadcast_to(np.arange(H)[None, None, :], (nn, ppn, H))
+        r_all = np.broadcast_to(ranks[:, :, None], (nn, ppn, H))
+        h_all = np.broadcast_to(heads[:, None, :], (nn, ppn, H))
+        off = r_all != h_all
+        r, h, hi = r_all[off], h_all[off], h_idx[off]
+        hf, hfi = heads.ravel(), np.tile(np.arange(H), nn)
+        src = np.concatenate([r, hf, np.full(hf.size, NET_SWITCH), h])
+        dst = np.concatenate([h, np.full(hf.size, NET_SWITCH), hf, r])
+        channel = np.concatenate([hi, hfi, hfi, hi])
+        payload = np.full(src.size, size / H)
+        hops = 4
+    fill = (hops - 1) * min(SIMPLE_STEP_BYTES, size / channels)
+    empty = np.zeros(0, dtype=np.int64)
+    return src, dst, payload, channel, np.zeros(src.size, dtype=np.int64), empty, empty, 1, fill
+
+
 def _p2p_plan(op: str, size: float, layout: CommLayout) -> Plan:
     """AllToAll (every rank ``S / n`` to every other rank) or Send/Recv (``S`` to the next rank), no deps."""
     n = layout.n_ranks
@@ -713,15 +771,16 @@ def _p2p_plan(op: str, size: float, layout: CommLayout) -> Plan:
                 kernel_rates_Bps(op, size, layout, None, Proto.SIMPLE, sent))
 
 
-def _planned_override(op: str, algo: str | None) -> str | None:
-    """NCCL_ALGO text allowing only the algorithms with a plan, within the user's override ``algo``."""
+def _planned_override(op: str, algo: str | None, layout: CommLayout) -> str | None:
+    """NCCL_ALGO text allowing only the algorithms with a plan, within the user's override ``algo`` (NVLS across
+    nodes, NVLS + SHARP, has none)."""
     if op in P2P_OPS:
         return algo
     allowed = parse_override(algo, op, "algo") if algo else frozenset(Algo)
-    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS}
+    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS and not (a == Algo.NVLS and layout.n_nodes > 1)}
     if not planned:
-        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:-1])} only (no CollNet)",
-                          algo)
+        raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:-1])} only (and NVLS "
+                                  "on one NVLink domain)", algo)
     return ",".join(sorted(ALGO_NAMES[a].lower() for a in planned))
 
 
@@ -750,7 +809,7 @@ def plan_collective(op: str, size_bytes: float, layout: CommLayout, *, algo: str
         release chose (algo, proto); the plan runs at the newest release's speeds
         (:func:`~flowsim.nccl_models.execution.execution_layout`), as the analytic model prices it.
     """
-    est = predict(op, size_bytes, layout, algo=_planned_override(op, algo), proto=proto)
+    est = predict(op, size_bytes, layout, algo=_planned_override(op, algo, layout), proto=proto)
     if layout.n_ranks == 1:
         return est, None
     run = layout if op in P2P_OPS else execution_layout(layout)

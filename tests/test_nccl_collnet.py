@@ -3,6 +3,7 @@ from dataclasses import replace
 
 import pytest
 
+from flowsim.errors import ConfigError
 from flowsim.nccl_models import Algo, Coll, CommLayout, Proto, predict
 from flowsim.nccl_models.tuning import cost_model
 from flowsim.validation.nccl_tests import compare_nccl_tests, read_nccl_tests
@@ -58,3 +59,45 @@ def test_sharp_measurement_within_target(shared_data):
     cmp = compare_nccl_tests(log, replace(H100_8N, nccl_version=log.nccl_version or "2.30.7"))
     assert set(cmp.rows["algo"]) == {"CollNetChain"}  # the log's NCCL_ALGO=COLLNETCHAIN, COLLNET_ENABLE=1
     assert cmp.summary.median_abs_error_large <= 0.03
+
+
+# --- CollNet plans: the reduction is resident in the network (NET_SWITCH) --------------------------------------
+
+def _plan(algo):
+    from flowsim.nccl_models import NET_SWITCH, build_plan
+    layout = replace(H100_8N, collnet=True)
+    return NET_SWITCH, build_plan("allreduce", 2**30, layout, algo, "Simple")
+
+
+@pytest.mark.parametrize("algo", ["CollNetChain", "CollNetDirect"])
+def test_collnet_plan_sends_each_node_s_once_to_the_switch(algo):
+    import numpy as np
+    ns, plan = _plan(algo)
+    S, ppn = 2**30, 8
+    node_of = lambda r: r // ppn  # noqa: E731
+    to_switch = np.bincount(node_of(plan.src[plan.dst == ns]), weights=plan.payload_bytes[plan.dst == ns])
+    from_switch = np.bincount(node_of(plan.dst[plan.src == ns]), weights=plan.payload_bytes[plan.src == ns])
+    assert to_switch == pytest.approx(np.full(8, S)) and from_switch == pytest.approx(np.full(8, S))
+    # every GPU sends S once on the way up (to its chain parent / the heads, or to the switch): the transfers
+    # listed before the first one out of the switch
+    up = np.arange(plan.n_transfers) < np.flatnonzero(plan.src == ns)[0]
+    sent_up = np.bincount(plan.src[up], weights=plan.payload_bytes[up], minlength=64)
+    assert sent_up == pytest.approx(np.full(64, S))
+    assert plan.algo_name == algo and plan.n_transfers > 0 and (plan.kernel_Bps > 0).all()
+
+
+def test_flow_engine_runs_sharp_in_the_network(shared_data):
+    from flowsim.config.cluster import ClusterConfig
+    from flowsim.config.loader import load_preset
+    from flowsim.gpu_specs import get_gpu
+    from flowsim.network.collective_flows import run_collective
+    cluster = ClusterConfig(**{**load_preset("clusters", "dgx-h100"), "num_gpus": 64})
+    ranks = list(range(64))
+    r = run_collective(cluster, get_gpu("h100-sxm"), "allreduce", 8 * 2**30, ranks, algo="collnetchain",
+                       collnet=True)
+    assert r.algo == "CollNetChain"
+    assert r.busbw_Bps == pytest.approx(384.5e9, rel=0.05)  # measured 384.5 GB/s at 8 GiB (CoreWeave, SHARP)
+    tiers = {u["tier"]: u for u in r.link_utilization}
+    assert tiers["NIC -> leaf"]["links"] == 64  # one head per NIC rail on every node
+    with pytest.raises(ConfigError, match="CollNet needs IB SHARP"):
+        run_collective(cluster, get_gpu("h100-sxm"), "allreduce", 2**30, ranks, algo="collnetchain")

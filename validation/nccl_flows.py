@@ -31,7 +31,7 @@ def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSp
         NCCL release whose choice is modelled (the log's, as in the analytic comparison).
     env : dict[int, NcclEnv], optional
         Per section, the NCCL environment of the run (``NcclTestsLog.env``): its NCCL_ALGO / NCCL_PROTO (below
-        ``algo`` / ``proto``) and NCCL_NVLS_ENABLE apply; CollNet and the CTA bounds have no flow plan.
+        ``algo`` / ``proto``), NCCL_NVLS_ENABLE and NCCL_COLLNET_ENABLE apply; the CTA bounds do not.
 
     Returns
     -------
@@ -47,7 +47,8 @@ def flow_comparison(analytic: NcclComparison, cluster: ClusterConfig, gpu: GPUSp
         e = env.get(section, NcclEnv())
         p2p = op in P2P_OPS
         results.append(run_collective(cluster, gpu, op, size, ranks, algo=None if p2p else e.algo_for(op, algo),
-                                      proto=None if p2p else e.proto_for(proto), nccl_version=nccl_version))
+                                      proto=None if p2p else e.proto_for(proto), nccl_version=nccl_version,
+                                      collnet=bool(e.collnet_enable)))
     rows["predicted_time_s"] = [r.time_s for r in results]
     rows["predicted_busbw_Bps"] = [r.busbw_Bps for r in results]
     rows["busbw_error"] = rows["measured_time_s"] / rows["predicted_time_s"] - 1.0

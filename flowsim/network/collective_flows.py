@@ -31,7 +31,7 @@ Comparing the flow engine with nccl-tests logs is :mod:`flowsim.validation.nccl_
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -41,8 +41,8 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import (
-    DEFAULT_MAX_TRANSFERS, DEFAULT_NCCL_VERSION, NET_BW_EFFICIENCY, P2P_OPS, SWITCH, CollectiveEstimate, CommLayout,
-    Plan, busbw_factor, plan_collective,
+    DEFAULT_MAX_TRANSFERS, DEFAULT_NCCL_VERSION, NET_BW_EFFICIENCY, NET_SWITCH, P2P_OPS, SWITCH, CollectiveEstimate,
+    CommLayout, Plan, busbw_factor, plan_collective,
 )
 from flowsim.network.netsim import simulate
 from flowsim.network.routing import route
@@ -151,8 +151,10 @@ def _groups_of(group_ranks, concurrent_groups, num_gpus: int) -> np.ndarray:
     return groups
 
 
-def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray, nccl_version: str) -> CommLayout:
-    """Layout of the groups; each must be an increasing arithmetic progression, all of one shape."""
+def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray, nccl_version: str,
+            collnet: bool = False) -> CommLayout:
+    """Layout of the groups; each must be an increasing arithmetic progression, all of one shape (``collnet``:
+    IB SHARP enabled)."""
     g = np.sort(groups, axis=1)
     n = g.shape[1]
     stride = int(g[0, 1] - g[0, 0]) if n > 1 else 1
@@ -164,7 +166,7 @@ def _layout(cluster: ClusterConfig, gpu: GPUSpec, groups: np.ndarray, nccl_versi
                for f in np.unique(g[:, 0] % job_domain_size(cluster))}
     if len(layouts) != 1:
         raise ConfigError("concurrent_groups", "groups must have the same layout (nodes, NICs)", len(layouts))
-    return layouts.pop()
+    return replace(layouts.pop(), collnet=collnet)
 
 
 def _paths(topo: Topology, plan: Plan, groups: np.ndarray, kernel_base: int, pxn: bool):
@@ -181,6 +183,8 @@ def _paths(topo: Topology, plan: Plan, groups: np.ndarray, kernel_base: int, pxn
     down = np.flatnonzero((src == SWITCH) & (dst >= 0))
     if (up.size or down.size) and np.any(topo.gpu_up_link < 0):
         raise ConfigError("algo", "NVLS needs an NVSwitch in the topology", topo.scaleup_kind)
+    net_up = np.flatnonzero((src >= 0) & (dst == NET_SWITCH))  # CollNet: GPU -> its NIC -> leaf (SHARP)
+    net_down = np.flatnonzero((src == NET_SWITCH) & (dst >= 0))
     channels = int(plan.channel.max()) + 1
     r = route(topo, src_gpu[routed], dst_gpu[routed], flow_id=gi[routed] * channels + np.tile(plan.channel, G)[routed],
               pxn=pxn)
@@ -189,6 +193,8 @@ def _paths(topo: Topology, plan: Plan, groups: np.ndarray, kernel_base: int, pxn
     count[routed] += np.diff(r.ptr)
     count[up] += 1
     count[down] += 1
+    count[net_up] += 2
+    count[net_down] += 2
     ptr = np.zeros(count.size + 1, dtype=np.int64)
     np.cumsum(count, out=ptr[1:])
     links = np.empty(ptr[-1], dtype=np.int64)
@@ -199,6 +205,11 @@ def _paths(topo: Topology, plan: Plan, groups: np.ndarray, kernel_base: int, pxn
     links[np.repeat(after[routed], np.diff(r.ptr)) + hop] = r.links
     links[after[up]] = topo.gpu_up_link[src_gpu[up]]
     links[after[down]] = topo.gpu_down_link[dst_gpu[down]]
+    g_up, g_down = src_gpu[net_up], dst_gpu[net_down]
+    links[after[net_up]] = topo.gpu_nic_link[g_up, 0]
+    links[after[net_up] + 1] = topo.nic_up_link[topo.gpu_nic[g_up, 0]]
+    links[after[net_down]] = topo.nic_down_link[topo.gpu_nic[g_down, 0]]
+    links[after[net_down] + 1] = topo.nic_gpu_link[g_down, 0]
     return ptr, links
 
 
@@ -245,10 +256,11 @@ class _Prepared:
 
 
 def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray,
-             algo, proto, pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION):
+             algo, proto, pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION,
+             collnet: bool = False):
     """Plan and route one collective on every group; a :class:`FlowCollectiveResult` for single-rank groups."""
-    est, plan = plan_collective(op, size_bytes, _layout(cluster, gpu, groups, nccl_version), algo=algo, proto=proto,
-                                max_transfers=max_transfers)
+    est, plan = plan_collective(op, size_bytes, _layout(cluster, gpu, groups, nccl_version, collnet), algo=algo,
+                                proto=proto, max_transfers=max_transfers)
     if plan is None:
         return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
                                     (0.0,) * groups.shape[0], 0, ())
@@ -351,8 +363,8 @@ def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float,
 
 def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, group_ranks, *,
                    algo: str | None = None, proto: str | None = None, concurrent_groups=1, pxn: bool = True,
-                   max_transfers: int = DEFAULT_MAX_TRANSFERS,
-                   nccl_version: str = DEFAULT_NCCL_VERSION) -> FlowCollectiveResult:
+                   max_transfers: int = DEFAULT_MAX_TRANSFERS, nccl_version: str = DEFAULT_NCCL_VERSION,
+                   collnet: bool = False) -> FlowCollectiveResult:
     """Run one collective per group as flows on the cluster, all groups at once.
 
     Parameters
@@ -369,7 +381,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
         Global GPU ids of the first group, evenly spaced (``first + k * stride``); see :func:`strided_groups`.
     algo, proto : str, optional
         NCCL_ALGO / NCCL_PROTO overrides. The choice is NCCL's among the algorithms with a plan (Ring, Tree,
-        NVLS, NVLSTree, PAT); CollNet (IB SHARP, not modelled) is never chosen.
+        NVLS on one domain, NVLSTree, PAT, and CollNetDirect / CollNetChain with ``collnet``).
     concurrent_groups : int or sequence of sequences of int
         ``k``: the first group and its copies shifted by ``1 .. k-1`` GPUs (e.g. the DP groups of all TP
         ranks); or the other groups' GPU ids. Groups must not share GPUs.
@@ -380,6 +392,9 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
         Per group; see :func:`flowsim.nccl_models.build_plan`.
     nccl_version : str, optional
         NCCL release whose algorithm/protocol choice is modelled (docs/NCCL.md, NCCL releases).
+    collnet : bool, optional
+        IB SHARP through NCCL's CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNetDirect / CollNetChain become
+        available, their reduction resident in the network (transfers to and from the GPUs' leaf switches).
 
     Returns
     -------
@@ -392,7 +407,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
     """
     topo = cached_topology(cluster, gpu)
     groups = _groups_of(group_ranks, concurrent_groups, topo.num_gpus)
-    p = _prepare(topo, cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers, nccl_version)
+    p = _prepare(topo, cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers, nccl_version, collnet)
     if isinstance(p, FlowCollectiveResult):
         return p
     res, _, start = _simulate_together(topo, [p], [None])
