@@ -10,13 +10,13 @@ from flowsim._version import __version__
 
 
 COMMANDS = {  # name -> ("module:attribute", one-line help shown by `flowsim --help`); add one line per verb
-    "estimate": ("flowsim.cli.estimate:estimate", "Predict step time, throughput, MFU and memory of one training step."),
+    "estimate": ("flowsim.cli.estimate:estimate", "Predict step time, throughput, MFU and memory of a training step."),
     "tune": ("flowsim.cli.tune_cmd:tune", "Find the fastest parallel layouts of a job that fit in GPU memory."),
     "sweep": ("flowsim.cli.sweep_cmd:sweep", "Run a study: hardware / network variants x workloads, each point tuned."),
     "results": ("flowsim.cli.results_cmd:results", "List stored design points (every point tune and sweep evaluated)."),
     "validate": ("flowsim.cli.validate:validate", "Compare predicted and measured step times of a runs CSV."),
     "calibrate": ("flowsim.cli.calibrate_cmd:calibrate", "Fit GEMM-efficiency parameters to measured runs (a profile)."),
-    "collective": ("flowsim.cli.collective:collective", "Predict one collective over a size sweep, as an nccl-tests log."),
+    "collective": ("flowsim.cli.collective:collective", "Predict one collective over sizes, as an nccl-tests log."),
     "validate-nccl": ("flowsim.cli.collective:validate_nccl", "Compare an nccl-tests / rccl-tests log with the model."),
     "validate-comm-log": ("flowsim.cli.comm_log_cmd:validate_comm_log",
                           "Compare every collective of a measured log (AICB's physical-run CSV) with the model."),
