@@ -24,6 +24,10 @@ CASES = {
     "deepseek-v3, 2,048 H800, PP16 EP64 DP128": dict(
         model="deepseek-v3", cluster="hgx-h800", gpus=2048, pp=16, ep=64, gbs=15360,
         distributed_optimizer=True, precision="fp8", pipeline_layer_split="balanced", switch_radix=128),
+    "deepseek-v3, 2,048 H800, PP16 EP64 DP128, DeepEP dispatch": dict(
+        model="deepseek-v3", cluster="hgx-h800", gpus=2048, pp=16, ep=64, gbs=15360,
+        distributed_optimizer=True, precision="fp8", pipeline_layer_split="balanced", switch_radix=128,
+        moe_token_dispatcher_type="flex"),
 }
 
 
