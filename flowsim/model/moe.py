@@ -1,12 +1,12 @@
 """Routed-expert (mixture-of-experts) MLP blocks: router, token dispatch, grouped expert GEMMs, combine.
 
-Follows Megatron-LM's MoE layer (``core/transformer/moe``) with its all-to-all or all-gather token dispatcher
-(``moe_token_dispatcher_type``): each GPU routes its own tokens (the sequence shard with sequence
-parallelism), the dispatcher brings every token to the GPUs holding its experts, each GPU runs its
-``E / ep`` local experts as one grouped GEMM per projection, and the outputs go back the same way, which
-the backward pass mirrors. Routing is taken as balanced (every expert receives ``tokens * topk / E`` of each
-rank's tokens); a capacity factor caps these counts, and padding to capacity fixes them
-(:func:`expert_tokens`).
+Follows Megatron-LM's MoE layer (``core/transformer/moe``) with its all-to-all, all-gather or flex (DeepEP,
+HybridEP) token dispatcher (``moe_token_dispatcher_type``): each GPU routes its own tokens (the sequence shard
+with sequence parallelism), the dispatcher brings every token to the GPUs holding its experts, each GPU runs
+its ``E / ep`` local experts as one grouped GEMM per projection, and the outputs go back the same way, which
+the backward pass mirrors. Every expert receives ``tokens * topk / E`` of each rank's tokens on average; the
+busiest expert-parallel rank, which sets the pace, gets :func:`imbalance_factor` times that; a capacity factor
+caps these counts, and padding to capacity fixes them (:func:`expert_tokens`).
 
 Expert tensor parallelism (``etp`` > 1) splits each expert's width over ``etp`` GPUs. With the all-to-all
 dispatcher each GPU first exchanges its routed tokens inside the expert-parallel group, then all-gathers the
@@ -16,9 +16,9 @@ them) and reduce-scatters the partial outputs back before the return all-to-all 
 parallel_region`` on the expert tensor-parallel group). An expert thus sees ``ep * etp`` ranks' tokens at
 ``1 / etp`` of its width: the expert FLOPs per GPU do not depend on ``etp``.
 
-Expert-parallel ranks follow Megatron-LM's expert rank generator (order ``tp-ep-dp-pp`` with the expert
-tensor-parallel size as ``tp``): an expert-parallel group is ``ep`` consecutive GPUs when
-``expert_tensor_parallel_size`` is 1.
+Where the expert-parallel ranks sit depends on the Megatron-core release (:func:`flowsim.config.layout.group_spans`,
+``expert_rank_order``): since 0.10 an expert-parallel group is ``ep`` consecutive GPUs when
+``expert_tensor_parallel_size`` is 1; up to 0.9 its members are ``tp * cp`` ranks apart.
 """
 from __future__ import annotations
 
