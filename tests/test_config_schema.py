@@ -33,11 +33,12 @@ def test_schema_validates_documents_like_the_loader():
     assert cfg == flowsim.build_config(doc)
     assert (cfg.training.tp, cfg.cluster.num_gpus, cfg.training.data_parallel_size) == (2, 16, 8)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({**doc, "training": {"precision": "fp4"}}, json_schema())
+        jsonschema.validate({**doc, "training": {"precision": "fp2"}}, json_schema())
 
 
 @pytest.mark.parametrize("training, message", [
-    ({"precision": "fp4"}, "training.precision: Input should be 'bf16', 'fp16' or 'fp8' (got fp4)"),
+    ({"precision": "fp2"}, "training.precision: Input should be "
+     + ", ".join(f"'{p}'" for p in PRECISIONS[:-1]) + f" or '{PRECISIONS[-1]}' (got fp2)"),
     ({"tensor_model_parallel_size": 0},
      "training.tensor_model_parallel_size: Input should be greater than or equal to 1 (got 0)"),
     ({"tensor_model_paralel_size": 2},
