@@ -87,6 +87,9 @@ the slope of time vs size in each chunk-size band gives 168 / 218 / 257 / 275 GB
 _NVLS_SHRINK = ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB))
 
 
+_NOT_MNNVL_FITTED = (Algo.NVLS, Algo.NVLS_TREE, Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)
+
+
 def network_bound(layout: CommLayout, algo: Algo | None = None) -> bool:
     """The NICs bound the collective's bandwidth, so ``NET_BW_EFFICIENCY`` applies (dimensionless rule).
 
@@ -105,14 +108,15 @@ def network_bound(layout: CommLayout, algo: Algo | None = None) -> bool:
 def bw_efficiency(layout: CommLayout, algo: Algo | None = None, *, network: bool = True) -> float:
     """Calibrated achieved / formula bandwidth for a communicator (dimensionless).
 
-    RCCL on an xGMI mesh (one node) ``RCCL_XGMI_BW_EFFICIENCY``; multi-node NVLink ``MNNVL_BW_EFFICIENCY``; and,
+    RCCL on an xGMI mesh (one node) ``RCCL_XGMI_BW_EFFICIENCY``; multi-node NVLink ``MNNVL_BW_EFFICIENCY`` (fitted
+    on a ring: not for NVLS, NVLSTree and CollNet, whose rates are not NCCL's NVLink ring figure); and,
     with ``network`` (the flow engine puts it on its scale-out links instead), ``NET_BW_EFFICIENCY`` where the
     NICs bind (:func:`network_bound`; ``algo`` is the algorithm that runs).
     """
     eff = 1.0
     if layout.vendor == "amd" and layout.scaleup_kind == "xgmi_mesh" and layout.n_nodes == 1:
         eff *= RCCL_XGMI_BW_EFFICIENCY
-    if layout.mnnvl:
+    if layout.mnnvl and algo not in _NOT_MNNVL_FITTED:
         eff *= MNNVL_BW_EFFICIENCY
     if network and network_bound(layout, algo):
         eff *= NET_BW_EFFICIENCY

@@ -282,7 +282,8 @@ def kernel_rates_Bps(op: str, size_bytes: float, layout: CommLayout, algo: Algo 
         t = alltoall_time_s(layout, size_bytes) if op == "alltoall" else sendrecv_time_s(layout, size_bytes)
         algbw = size_bytes / (t - p2p_latency_s(layout))
     else:
-        algbw = cost_model(COLL_OF_OP[op], layout).algbw_Bps[algo, proto] * bw_efficiency(layout, network=False)
+        algbw = cost_model(COLL_OF_OP[op], layout).algbw_Bps[algo, proto] * bw_efficiency(layout, algo,
+                                                                                            network=False)
     return np.where(sent_wire_bytes > 0, algbw * sent_wire_bytes / size_bytes, algbw)
 
 
