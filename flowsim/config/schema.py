@@ -8,8 +8,8 @@ and the description from the class docstring's Attributes section. Cross-field r
 :func:`flowsim.build_config`, which :func:`validate` calls after the typed check.
 
 >>> from flowsim.config.schema import json_schema
->>> json_schema()["$defs"]["TrainingConfigSection"]["properties"]["precision"]["anyOf"][0]["enum"]
-['bf16', 'fp16', 'fp8']
+>>> json_schema()["$defs"]["ModelConfigSection"]["properties"]["normalization"]["anyOf"][0]["enum"]
+['layernorm', 'rmsnorm']
 """
 from __future__ import annotations
 
