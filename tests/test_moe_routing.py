@@ -260,3 +260,14 @@ def test_alltoall_sorts_received_chunks_by_expert():
     assert list(sort) == [2 * 2 * received * 4096 * 2]
     one_local = build_workload(build_config(**{**kw, "ep": 8})).moe_layer.compute
     assert "sort_chunks" not in set(one_local["name"])
+
+
+def test_megatron_args_with_the_flex_dispatcher(tmp_path):
+    from test_importers import LLAMA3_8B_ARGS, _megatron
+
+    moe = LLAMA3_8B_ARGS + " --num-experts 8 --expert-model-parallel-size 8 --moe-token-dispatcher-type flex"
+    t = _megatron(tmp_path, moe + " --moe-enable-deepep --moe-deepep-num-sms 24").config["training"]
+    assert (t["moe_token_dispatcher_type"], t["moe_flex_dispatcher_backend"], t["moe_deepep_num_sms"]) == \
+        ("flex", "deepep", 24)
+    hybrid = _megatron(tmp_path, moe + " --moe-flex-dispatcher-backend hybridep").config["training"]
+    assert hybrid["moe_flex_dispatcher_backend"] == "hybridep"

@@ -54,6 +54,7 @@ _INT = {  # Megatron dest -> (section, flowsim key)
     "context_parallel_size": ("training", "context_parallel_size"),
     "expert_model_parallel_size": ("training", "expert_model_parallel_size"),
     "expert_tensor_parallel_size": ("training", "expert_tensor_parallel_size"),
+    "moe_deepep_num_sms": ("training", "moe_deepep_num_sms"),
     "micro_batch_size": ("training", "micro_batch_size"), "global_batch_size": ("training", "global_batch_size"),
 }
 _FLAG = {  # Megatron store_true dest -> (section, flowsim key, value when given)
@@ -77,7 +78,8 @@ _TRAINING_OFF = ("sequence_parallel", "use_distributed_optimizer", "overlap_grad
 _SPECIAL = {"ffn_hidden_size", "group_query_attention", "num_query_groups", "seq_length", "max_position_embeddings",
             "position_embedding_type", "use_rotary_position_embeddings", "normalization", "swiglu", "squared_relu",
             "hidden_dropout", "vocab_size", "make_vocab_size_divisible_by", "moe_layer_freq",
-            "moe_expert_capacity_factor", "moe_token_dispatcher_type", "num_layers_per_virtual_pipeline_stage",
+            "moe_expert_capacity_factor", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+            "moe_enable_deepep", "num_layers_per_virtual_pipeline_stage",
             "num_virtual_stages_per_pipeline_rank", "recompute_granularity", "recompute_method",
             "recompute_num_layers", "recompute_modules", "recompute_activations", "bf16", "fp16", "fp8_format",
             "attention_backend", "cp_comm_type", "ddp_bucket_size", "grad_reduce_in_bf16",
@@ -311,9 +313,12 @@ def from_megatron_args(source) -> Imported:
         if cap is not None:
             model["moe_expert_capacity_factor"] = cap
         dispatcher = _last(args, "moe_token_dispatcher_type") or TOKEN_DISPATCHER
-        if dispatcher not in ("alltoall", "allgather"):
-            raise ConfigError("--moe-token-dispatcher-type", "only alltoall and allgather are modelled", dispatcher)
+        if dispatcher not in ("alltoall", "allgather", "flex"):
+            raise ConfigError("--moe-token-dispatcher-type", "must be alltoall, allgather or flex", dispatcher)
         training["moe_token_dispatcher_type"] = dispatcher
+        backend = _last(args, "moe_flex_dispatcher_backend") or ("deepep" if "moe_enable_deepep" in args else None)
+        if backend is not None:  # --moe-enable-deepep: the older releases' switch for the DeepEP backend
+            training["moe_flex_dispatcher_backend"] = backend
         training.setdefault("expert_tensor_parallel_size", training.get("tensor_model_parallel_size", 1))
 
     # Parallel layout and step.
