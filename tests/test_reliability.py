@@ -241,3 +241,35 @@ def np_isfinite_all(log) -> bool:
 
     frame = log.rows if hasattr(log, "rows") else log.frame
     return bool(np.isfinite(frame.select_dtypes("number").to_numpy(dtype=float)).all())
+
+
+# --- validate at scale --------------------------------------------------------------------------------------
+
+def test_validate_jobs_gives_the_single_process_answer(shared_data):
+    csv = str(shared_data / "curated" / "training_runs_public.csv")
+    ids = "1,2,3,4,5,6,7,8,9,10,11,12"
+    one = _run("validate", csv, "--only-ids", ids, "--json", "--no-progress")
+    two = _run("validate", csv, "--only-ids", ids, "--json", "--no-progress", "--jobs", "2")
+    assert one.exit_code == two.exit_code == 0, two.output
+    a, b = json.loads(one.output), json.loads(two.output)
+    assert a["rows"] == b["rows"] and a["skipped"] == b["skipped"] and len(a["rows"]) >= 5
+
+
+def test_validate_skips_a_row_past_the_time_limit(shared_data):
+    import time
+
+    from flowsim.validation.runs import validate_runs
+
+    def slow(cfg):
+        time.sleep(30)  # interrupted by the limit
+
+    report = validate_runs(shared_data / "curated" / "training_runs_public.csv", slow, only_ids=[1],
+                           time_limit_s=0.2)
+    assert report.rows == ()
+    assert [s.reason for s in report.skipped] == ["simulation took longer than the 0.2 s limit"]
+
+
+def test_validate_draws_progress_when_asked(shared_data):
+    csv = str(shared_data / "curated" / "training_runs_public.csv")
+    r = _run("validate", csv, "--only-ids", "1,2", "--progress")
+    assert r.exit_code == 0 and "validate" in r.stderr and "run" in r.stderr

@@ -46,6 +46,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -781,8 +782,53 @@ def config_of_row(row: Mapping, calibration: str = "") -> tuple:
     return cfg, assumptions, None
 
 
+def _row_key(cfg) -> str:
+    from flowsim.explore.point import config_key
+
+    return config_key(cfg)
+
+
+def _simulate_rows(configs: list, simulate: Callable, jobs: int, time_limit_s: float, progress: bool) -> dict:
+    """Result (anything with ``step_time_s`` and ``fits_memory``) or skip reason of each distinct config, by
+    :func:`flowsim.explore.point.config_key`: in this process with ``simulate`` when ``jobs`` is 1, else on
+    :func:`flowsim.simulate_many`'s worker pool."""
+    from flowsim.explore.runner import Progress, simulate_many
+    from flowsim.explore.time_limit import TimeLimitExceeded, time_limit
+    from flowsim.step.invariants import InvariantError, check_result
+    from flowsim.step.result import Result
+
+    distinct = {}
+    for cfg in configs:
+        distinct.setdefault(_row_key(cfg), cfg)
+    if jobs != 1:
+        frame = simulate_many(list(distinct.values()), jobs=jobs, progress=progress, time_limit_s=time_limit_s)
+        out = {}
+        for key, (_, r) in zip(distinct, frame.iterrows()):
+            err = r["error"]
+            known = err.startswith(("ConfigError: ", "TimeLimitExceeded: ", "InvariantError: "))
+            out[key] = (err.split(": ", 1)[1] if known else err) if err else \
+                SimpleNamespace(step_time_s=float(r["step_time_s"]), fits_memory=bool(r["fits_memory"]))
+        return out
+    out = {}
+    bar = Progress(len(distinct), "validate", progress, unit="run")
+    try:
+        for key, cfg in distinct.items():
+            try:
+                with time_limit(time_limit_s):
+                    out[key] = simulate(cfg)
+                if isinstance(out[key], Result):
+                    check_result(out[key])
+            except (ConfigError, TimeLimitExceeded, InvariantError) as e:
+                out[key] = str(e)
+            bar.advance(1)
+    finally:
+        bar.close()
+    return out
+
+
 def validate_runs(path: str | Path, simulate: Callable | None = None, *,
-                  only_ids=None, calibration: str = "") -> ValidationReport:
+                  only_ids=None, calibration: str = "", jobs: int = 1, time_limit_s: float = 0.0,
+                  progress: bool = False) -> ValidationReport:
     """Simulate every row of a runs-schema-v1 CSV that flowsim supports and compare with the measurement.
 
     Parameters
@@ -796,6 +842,14 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
         Compare only these row ids (others are neither simulated nor listed as skipped).
     calibration : str
         Calibration profile applied to every row (``--calibration``; a path or ``default``); empty = none.
+    jobs : int
+        Worker processes (:func:`flowsim.simulate_many`; 0 = one per CPU); 1 (default) simulates the rows in
+        this process with ``simulate``. Identical configs are simulated once either way.
+    time_limit_s : float
+        Wall-clock limit of one row's simulation, seconds (0 = none): a row past it is skipped with the
+        reason, the others go on.
+    progress : bool
+        Draw a progress line on stderr (rows simulated).
 
     Returns
     -------
@@ -820,13 +874,14 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
         runs = runs[runs["id"].isin(wanted)]
         skipped = [s for s in skipped if s.id in wanted]
     rows: list[RunComparison] = []
-    for _, row in runs.iterrows():
-        cfg, assumptions, reason = config_of_row(row, calibration)
+    built = [(row, *config_of_row(row, calibration)) for _, row in runs.iterrows()]
+    results = _simulate_rows([cfg for _, cfg, _, reason in built if reason is None], simulate, jobs, time_limit_s,
+                             progress)
+    for row, cfg, assumptions, reason in built:
         if reason is None:
-            try:
-                result = simulate(cfg)
-            except ConfigError as e:
-                reason = str(e)
+            result = results[_row_key(cfg)]
+            if isinstance(result, str):
+                reason = result
         if reason is not None:
             skipped.append(SkippedRun(int(row["id"]), reason))
             continue

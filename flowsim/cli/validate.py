@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from flowsim.validation.runs import ValidationReport
 
 _MODEL_WIDTH = 28  # characters of the model name shown in the table
+# Default wall-clock limit of one row: every config within flowsim.config.bounds simulates in a few seconds
+# (docs/RELIABILITY.md); 60 s leaves a wide margin on a loaded machine while no row can stall a long file.
+ROW_TIME_LIMIT_S = 60.0
 
 _ROW_COLUMNS = [
     ("id", "id", ""),
@@ -128,8 +131,14 @@ def _render(report: ValidationReport) -> str:
               help="Transfer check instead of the row table: for each k, fit k runs of every cluster (source x "
                    "GPU generation x software family) and report the error of its other runs per source, "
                    "e.g. --calibrate-on 0,1,3,5 (k = 0: uncalibrated).")
+@click.option("--jobs", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Worker processes for the rows (0 = one per CPU); identical configs are simulated once.")
+@click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0), default=ROW_TIME_LIMIT_S,
+              show_default=True, help="Seconds one row may simulate before it is skipped with the reason (0 = none).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress line on stderr (default: when stderr is a terminal).")
 @user_errors
-def validate(runs_csv, as_json, only_ids, report_dir, calibration, calibrate_on):
+def validate(runs_csv, as_json, only_ids, report_dir, calibration, calibrate_on, jobs, time_limit_s, progress):
     """Compare predicted and measured step times for the runs in RUNS_CSV ("runs schema v1").
 
     Prints per row the predicted and measured seconds per optimizer step and the signed error, then the
@@ -146,22 +155,9 @@ def validate(runs_csv, as_json, only_ids, report_dir, calibration, calibrate_on)
     if calibrate_on is not None:
         _transfer(runs_csv, _parse_ks(calibrate_on), as_json)
         return
-    import flowsim
-    from flowsim.explore.runner import Progress
-
     notice_first_compile()
-    bar = Progress(None, "validate", sys.stderr.isatty(), unit="run")  # rows simulated; a terminal only
-
-    def simulate(cfg):
-        try:
-            return flowsim.simulate(cfg)
-        finally:
-            bar.advance(1)
-
-    try:
-        report = validate_runs(runs_csv, simulate, only_ids=_parse_ids(only_ids), calibration=calibration or "")
-    finally:
-        bar.close()
+    report = validate_runs(runs_csv, only_ids=_parse_ids(only_ids), calibration=calibration or "", jobs=jobs,
+                           time_limit_s=time_limit_s, progress=sys.stderr.isatty() if progress is None else progress)
     if as_json:
         echo_json(report.to_dict())
     else:

@@ -16,6 +16,7 @@ from flowsim._version import __version__
 from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
 from flowsim.step.memory import stage_memory
+from flowsim.explore.time_limit import time_limit
 from flowsim.step.invariants import check_result
 from flowsim.step.simulate import simulate
 from flowsim.explore.space import Layout
@@ -137,12 +138,14 @@ class Outcome:
     memory_bytes: float = float("nan")
 
 
-def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None) -> list:
+def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None,
+             time_limit_s: float = 0.0) -> list:
     """Evaluate ``batch``, a list of (index, SimConfig) pairs; returns one :class:`Outcome` each.
 
     Configs whose key is in ``stored_keys`` are skipped (status ``stored``); with ``prune_memory`` a config
     that does not fit in GPU memory is not simulated (status ``memory``), and one whose key is in
     ``known_pruned`` (a mapping of key to peak memory bytes from an earlier check) is not even re-checked.
+    ``time_limit_s`` > 0 bounds each simulation's wall time (:func:`flowsim.explore.time_limit.time_limit`).
     """
     out = []
     for index, cfg in batch:
@@ -158,7 +161,8 @@ def evaluate(batch: list, stored_keys=frozenset(), prune_memory: bool = True, kn
             if mem > get_gpu(cfg.cluster.gpu).hbm_bytes:
                 out.append(Outcome(index, "memory", key, memory_bytes=mem))
                 continue
-        result = simulate(cfg)
+        with time_limit(time_limit_s):
+            result = simulate(cfg)
         check_result(result)
         point = PointResult.of(cfg, result, key)
         out.append(Outcome(index, "evaluated", key, point, point.memory_bytes_per_gpu))

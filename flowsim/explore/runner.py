@@ -98,17 +98,18 @@ class Failed:
     memory_bytes: float = float("nan")
 
 
-def evaluate_isolated(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None) -> list:
+def evaluate_isolated(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None,
+                      time_limit_s: float = 0.0) -> list:
     """:func:`~flowsim.explore.point.evaluate`, but a config that raises becomes a :class:`Failed` entry
     instead of failing the batch (the others of the batch are evaluated one by one)."""
     try:
-        return evaluate(batch, stored_keys, prune_memory, known_pruned)
+        return evaluate(batch, stored_keys, prune_memory, known_pruned, time_limit_s)
     except Exception:  # noqa: BLE001 -- isolate the failing config below
         pass
     out = []
     for item in batch:
         try:
-            out += evaluate([item], stored_keys, prune_memory, known_pruned)
+            out += evaluate([item], stored_keys, prune_memory, known_pruned, time_limit_s)
         except Exception as e:  # noqa: BLE001 -- reported as a row, with its type and message
             try:
                 key = config_key(item[1])
@@ -124,25 +125,25 @@ def _batches(configs: list, jobs: int) -> list:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-_KNOWN = (frozenset(), {})  # (stored keys, known memory-pruned keys) of a worker process
+_KNOWN = (frozenset(), {}, 0.0)  # (stored keys, known memory-pruned keys, time limit s) of a worker process
 
 
-def _init_worker(stored: frozenset, known_pruned: dict, parent_pid: int) -> None:
+def _init_worker(stored: frozenset, known_pruned: dict, parent_pid: int, time_limit_s: float = 0.0) -> None:
     global _KNOWN
     bind_to_parent(parent_pid)  # the worker ends with the sweep, even one killed with SIGKILL
-    _KNOWN = (stored, known_pruned)
+    _KNOWN = (stored, known_pruned, time_limit_s)
 
 
 def _evaluate_in_worker(batch: list, prune_memory: bool, isolate: bool) -> list:
-    return (evaluate_isolated if isolate else evaluate)(batch, _KNOWN[0], prune_memory, _KNOWN[1])
+    return (evaluate_isolated if isolate else evaluate)(batch, _KNOWN[0], prune_memory, _KNOWN[1], _KNOWN[2])
 
 
 def _run_local(batches: list, stored: frozenset, known_pruned: dict, jobs: int,
-               prune_memory: bool, isolate: bool = False) -> Iterator[list]:
+               prune_memory: bool, isolate: bool = False, time_limit_s: float = 0.0) -> Iterator[list]:
     run = evaluate_isolated if isolate else evaluate
     if jobs == 1 or len(batches) == 1:
         for b in batches:
-            yield run(b, stored, prune_memory, known_pruned)
+            yield run(b, stored, prune_memory, known_pruned, time_limit_s)
         return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
@@ -150,7 +151,7 @@ def _run_local(batches: list, stored: frozenset, known_pruned: dict, jobs: int,
         run(batches[0][:1], frozenset(), False, None)  # JIT-compiled kernels and caches go to the forked workers
     with sigterm_as_exit():  # SIGTERM shuts the pool down through the finally below
         ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(stored, known_pruned, os.getpid()))
+                                 initargs=(stored, known_pruned, os.getpid(), time_limit_s))
         try:
             futures = [ex.submit(_evaluate_in_worker, b, prune_memory, isolate) for b in batches]
             for f in as_completed(futures):
@@ -202,7 +203,7 @@ def _run_dask(client, batches: list, stored: frozenset, known_pruned: dict, prun
 
 def run_configs(configs: list, *, store: ResultStore | None = None, study: str = "", jobs: int = 0,
                 scheduler: str | None = None, prune_memory: bool = True, progress: bool = True,
-                label: str = "evaluate", errors: str = "raise") -> RunReport:
+                label: str = "evaluate", errors: str = "raise", time_limit_s: float = 0.0) -> RunReport:
     """Evaluate ``configs`` (SimConfigs), reusing and filling ``store``.
 
     Parameters
@@ -227,6 +228,9 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
     errors : str
         ``raise`` (a config whose evaluation raises stops the run with its exception) or ``row`` (it becomes a
         :class:`Failed` outcome; the others are evaluated).
+    time_limit_s : float
+        Wall-clock limit of each simulation in local runs (0 = none): one past it raises
+        :class:`~flowsim.explore.time_limit.TimeLimitExceeded` (with ``errors="row"``: a failed row).
 
     Raises
     ------
@@ -246,7 +250,7 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
     if scheduler:
         stream = _run_dask(connect_dask(scheduler), batches, stored, known_pruned, prune_memory, errors == "row")
     else:
-        stream = _run_local(batches, stored, known_pruned, jobs, prune_memory, errors == "row")
+        stream = _run_local(batches, stored, known_pruned, jobs, prune_memory, errors == "row", time_limit_s)
     bar = Progress(len(configs), label, progress)
     try:
         for result in stream:
@@ -272,7 +276,8 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
                      failed=counts["error"])
 
 
-def simulate_many(configs, jobs: int = 0, store=None, progress: bool = False) -> "pd.DataFrame":
+def simulate_many(configs, jobs: int = 0, store=None, progress: bool = False,
+                  time_limit_s: float = 0.0) -> "pd.DataFrame":
     """Simulate many configs in parallel; one row per config, errors as rows.
 
     Parameters
@@ -286,6 +291,9 @@ def simulate_many(configs, jobs: int = 0, store=None, progress: bool = False) ->
         are written to it.
     progress : bool
         Draw a progress line on stderr.
+    time_limit_s : float
+        Wall-clock limit of each simulation, seconds (0 = none); one past it is an error row
+        (``TimeLimitExceeded: ...``).
 
     Returns
     -------
@@ -319,6 +327,7 @@ def simulate_many(configs, jobs: int = 0, store=None, progress: bool = False) ->
     try:
         order = list(built)
         report = run_configs([built[i] for i in order], store=db, jobs=jobs, prune_memory=False, progress=progress,
+                             time_limit_s=time_limit_s,
                              label="simulate", errors="row")
     finally:
         if own:

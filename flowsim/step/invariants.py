@@ -6,7 +6,9 @@ being printed. Checked (``Result`` conventions, :mod:`flowsim.step.result`):
 
 * step time, tokens/s, FLOPs and memory are finite; the step time is > 0;
 * ``0 < mfu <= hfu <= 1``: hardware FLOPs include recompute, so they are never below the model FLOPs, and no
-  GPU runs above its dense peak;
+  GPU runs above its dense peak. With token-drop routing (``moe_expert_capacity_factor`` > 0) the model FLOPs
+  count every routed token, dropped or not (Megatron-LM's ``num_floating_point_operations``), so there only
+  ``mfu <= 1`` and ``hfu <= 1`` are checked;
 * every stage component (compute, exposed communication, bubble, optimizer) is finite, >= 0 and not longer
   than the step; every collective's time is finite and >= 0.
 """
@@ -58,7 +60,9 @@ def violations(result) -> list[str]:
         if not (_finite(v) and v >= 0):
             out.append(f"{name} must be finite and >= 0 (got {v})")
     mfu, hfu = result.mfu, result.hfu
-    if not (_finite(mfu) and _finite(hfu) and 0 < mfu <= hfu * (1 + RTOL) and hfu <= 1 + RTOL):
+    drops = bool(result.config.get("model", {}).get("moe_expert_capacity_factor"))
+    if not (_finite(mfu) and _finite(hfu) and 0 < mfu <= 1 + RTOL and 0 < hfu <= 1 + RTOL
+            and (drops or mfu <= hfu * (1 + RTOL))):
         out.append(f"0 < MFU <= HFU <= 1 must hold (got MFU {mfu:.4g}, HFU {hfu:.4g})")
     limit = step * (1 + RTOL)
     for s in result.stages:
