@@ -19,9 +19,11 @@ from flowsim.nccl_models.estimate import OPS, P2P_OPS, CollectiveEstimate, busbw
 from flowsim.nccl_models.execution import NET_BW_EFFICIENCY
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.overrides import parse_override
-from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, NET_SWITCH, SWITCH, Plan, build_plan, plan_collective
+from flowsim.nccl_models.plans import DEFAULT_MAX_TRANSFERS, Plan, build_plan, plan_collective
+from flowsim.nccl_models.switch_plans import NET_SWITCH, SWITCH
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
 
-__all__ = ["ALGO_NAMES", "DEFAULT_MAX_TRANSFERS", "DEFAULT_NCCL_VERSION", "NET_BW_EFFICIENCY", "NET_SWITCH", "OPS", "P2P_OPS",
-           "PROTO_NAMES", "SWITCH", "Algo", "Coll", "CollectiveEstimate", "CommLayout", "Hw", "NcclEnv", "Plan", "Proto",
-           "build_plan", "busbw_factor", "cost_table", "parse_override", "plan_collective", "predict"]
+__all__ = ["ALGO_NAMES", "DEFAULT_MAX_TRANSFERS", "DEFAULT_NCCL_VERSION", "NET_BW_EFFICIENCY", "NET_SWITCH", "OPS",
+           "P2P_OPS", "PROTO_NAMES", "SWITCH", "Algo", "Coll", "CollectiveEstimate", "CommLayout", "Hw", "NcclEnv",
+           "Plan", "Proto", "build_plan", "busbw_factor", "cost_table", "parse_override", "plan_collective",
+           "predict"]

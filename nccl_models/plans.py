@@ -28,18 +28,19 @@ ring as a chain from/to root 0, chunks of 512 KiB. NVLS: every GPU sends its chu
 SWITCH``), a zero-byte barrier (``src = dst = SWITCH``) stands for the switch-side reduction once every GPU's
 chunk has arrived, then every GPU receives the result (``src = SWITCH``); on one scale-up domain only (NVLS
 across nodes, NVLS + IB SHARP, has no plan). CollNet (IB SHARP): the reduction is resident in the network
-(``NET_SWITCH``), streamed (:func:`_collnet`). NVLSTree AllReduce: an NVLS reduce in each node
-to one head per NIC, NCCL's double binary tree among the heads of each index across nodes, an NVLS broadcast
-back (:func:`_nvls_tree`). PAT AllGather/ReduceScatter, one rank per node: ``ceil(log2 n)`` Bruck steps
-(:func:`_pat`). AllToAll:
+(``NET_SWITCH``), streamed. NVLSTree AllReduce: an NVLS reduce in each node to one head per NIC, NCCL's double
+binary tree among the heads of each index across nodes, an NVLS broadcast back. (NVLS, NVLSTree and CollNet:
+:mod:`flowsim.nccl_models.switch_plans`; ring orders and trees: :mod:`flowsim.nccl_models.rank_orders`.) PAT
+AllGather/ReduceScatter, one rank per node: ``ceil(log2 n)`` Bruck steps (:func:`_pat`). AllToAll:
 every rank sends ``S / n`` to every other rank, all at once. Send/Recv: rank ``r`` sends ``S`` to ``r + 1``.
 
 Merging: a plan with more transfers than ``max_transfers`` merges consecutive steps and loops (Ring, PAT) or
 chunks (Tree, chains, NVLS, NVLSTree) into fewer, larger transfers. In a ring every rank works in every step, so
 merged steps move the same bytes over the same links and keep the bandwidth time. Trees, chains and NVLSTrees are
-pipelines whose fill grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP`` chunk
-groups per hop, every edge instead streams its bytes at once without dependencies (a long pipeline's steady
-state) and the fill of NCCL's real chunks, ``(depth - 1)`` chunks at the per-channel rate, is added as latency.
+pipelines whose fill grows with the merged chunk: when the budget leaves fewer than ``STREAM_CHUNKS_PER_HOP``
+(:mod:`~flowsim.nccl_models.rank_orders`) chunk groups per hop, every edge instead streams its bytes at once
+without dependencies (a long pipeline's steady state) and the fill of NCCL's real chunks, ``(depth - 1)`` chunks
+at the per-channel rate, is added as latency.
 
 Latency: NCCL's latency for the chosen (algorithm, protocol), ``tuning.cc`` ``latencies`` (base + per-step
 ``hwLat``), is what the plan must cost when nothing else runs; NVLS adds the analytic model's calibrated
@@ -78,23 +79,19 @@ from flowsim.nccl_models.constants import (
 )
 from flowsim.nccl_models.estimate import COLL_OF_OP, P2P_OPS, CollectiveEstimate, check_size, predict
 from flowsim.nccl_models.execution import (
-    bw_efficiency, execution_layout, nvls_chunk_bytes, tree_chunk_bytes, nvls_chunk_overhead_s, pipeline_fill_s,
+    bw_efficiency, execution_layout, nvls_chunk_overhead_s, pipeline_fill_s, tree_chunk_bytes,
 )
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.overrides import parse_override
 from flowsim.nccl_models.p2p import alltoall_time_s, p2p_latency_s, sendrecv_time_s
+from flowsim.nccl_models.rank_orders import (
+    chunk_groups, distinct_rings, dtree_parent, even_groups, parent_depth, pipelined, ring_order,
+)
+from flowsim.nccl_models.switch_plans import collnet_parts, nvls_parts, nvls_tree_parts
 from flowsim.nccl_models.tuning import cost_model, n_steps
 
-__all__ = ["SWITCH", "NET_SWITCH", "PLANNED_ALGOS", "Plan", "build_plan", "plan_collective", "btree_parent", "distinct_rings",
-           "dtree_parent", "nvls_heads", "walecki_rings", "zigzag_path"]
-
-SWITCH = -1
-"""Rank id of the NVSwitch in NVLS plans (the scale-up switch of the source/destination GPU's domain)."""
-NET_SWITCH = -2
-"""Rank id of the network's SHARP reduction in CollNet plans: a transfer to it leaves through the GPU's NIC to
-its leaf switch, one from it arrives through the leaf and the NIC (the aggregation tree above the leaves carries
-one reduced stream per leaf and is not simulated)."""
+__all__ = ["PLANNED_ALGOS", "Plan", "build_plan", "plan_collective"]
 
 PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain", "P2P")
 """Algorithms (NCCL names) that have a plan. NVLS across nodes (NVLS + SHARP) has none."""
@@ -127,8 +124,8 @@ class Plan:
     size_bytes : float
         Collective size, nccl-tests convention (total buffer for AllGather/ReduceScatter/AllToAll).
     src, dst : int64[n_transfers]
-        Communicator ranks; :data:`SWITCH` (-1) is the NVSwitch in NVLS plans, :data:`NET_SWITCH` (-2) the
-        network's SHARP reduction in CollNet plans.
+        Communicator ranks; ``SWITCH`` (-1) is the NVSwitch in NVLS plans, ``NET_SWITCH`` (-2) the network's
+        SHARP reduction in CollNet plans (:mod:`flowsim.nccl_models.switch_plans`).
     payload_bytes : float64[n_transfers]
         User data each transfer carries, bytes (wire bytes = ``payload_bytes * wire_factor``).
     channel : int64[n_transfers]
@@ -193,8 +190,8 @@ class Plan:
         return np.bincount(self.dst[ok], weights=self.payload_bytes[ok], minlength=self.n_ranks)
 
     def __repr__(self) -> str:
-        return (f"Plan({self.op} {self.algo_name}/{self.proto_name} on {self.n_ranks} ranks: {self.n_transfers} transfers, "
-                f"critical path {self.critical_path})")
+        return (f"Plan({self.op} {self.algo_name}/{self.proto_name} on {self.n_ranks} ranks: "
+                f"{self.n_transfers} transfers, critical path {self.critical_path})")
 
 
 def _csr(n: int, dependent: np.ndarray, dependency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,42 +200,6 @@ def _csr(n: int, dependent: np.ndarray, dependency: np.ndarray) -> tuple[np.ndar
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dependent, minlength=n), out=ptr[1:])
     return ptr, dependency[order].astype(np.int64)
-
-
-def _groups(total: int, n_groups: int) -> np.ndarray:
-    """Sizes of ``n_groups`` consecutive groups splitting ``total`` items as evenly as possible."""
-    return np.diff(np.linspace(0, total, n_groups + 1).round().astype(np.int64))
-
-
-def btree_parent(n: int) -> np.ndarray:
-    """Parent of each of ``n`` nodes in NCCL's binary tree (``trees.cc`` ``ncclGetBtree``); -1 at root 0.
-
-    Node ``r > 0`` with lowest set bit ``b`` has parent ``(r ^ b) | (b << 1)``, or ``r ^ b`` when that is
-    ``>= n``.
-    """
-    r = np.arange(n, dtype=np.int64)
-    bit = r & -r
-    up = (r ^ bit) | (bit << 1)
-    up = np.where(up >= n, r ^ bit, up)
-    up[0] = -1
-    return up
-
-
-def dtree_parent(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Parents in NCCL's double binary tree over ``n`` nodes (``trees.cc`` ``ncclGetDtree``).
-
-    Tree 0 is :func:`btree_parent`; tree 1 mirrors it (``n - 1 - r``) when ``n`` is even, else shifts it by one,
-    so that every node is a leaf in one tree and interior in the other.
-    """
-    t0 = btree_parent(n)
-    r = np.arange(n, dtype=np.int64)
-    if n % 2 == 0:
-        p = t0[n - 1 - r]
-        t1 = np.where(p < 0, -1, n - 1 - p)
-    else:
-        p = t0[(r - 1) % n]
-        t1 = np.where(p < 0, -1, (p + 1) % n)
-    return t0, t1
 
 
 def _names(algo, proto) -> tuple[str, str]:
@@ -330,13 +291,13 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo, proto, *,
     step_lat = float(model.latency_s[a, p]) - base
     g = graphs_of(layout)
     if a == Algo.NVLS:
-        parts = _nvls(op, size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
+        parts = nvls_parts(op, size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
     elif a == Algo.NVLS_TREE:
-        parts = _nvls_tree(size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
+        parts = nvls_tree_parts(size, layout, g.nvls_exec_channels, g.nvls.n_channels, max_transfers)
     elif a == Algo.PAT:
         parts = _pat(coll, size, layout, g.exec_channels, max_transfers)
     elif a in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
-        parts = _collnet(a, size, layout, g.exec_channels)
+        parts = collnet_parts(a, size, layout, g.exec_channels)
     elif a == Algo.TREE:
         parts = _tree(size, layout, g.exec_channels, p, max_transfers)
     elif coll in (Coll.BROADCAST, Coll.REDUCE):
@@ -359,73 +320,6 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo, proto, *,
                 kernel_rates_Bps(op, size, layout, a, p, sent))
 
 
-def _mesh(layout: CommLayout) -> bool:
-    """A full mesh (xGMI) with an even number >= 4 of ranks per node: rings follow Walecki's cycles."""
-    ppn = layout.ranks_per_node
-    return layout.scaleup_kind == "xgmi_mesh" and ppn >= 4 and ppn % 2 == 0
-
-
-def distinct_rings(layout: CommLayout, channels: int) -> int:
-    """Rings (trees) with distinct paths.
-
-    One node: 1 on a switch (every channel follows the same ring), ``ppn - 2`` on a full mesh (Walecki's
-    edge-disjoint directed Hamiltonian cycles, :func:`walecki_rings`). Several nodes: ``min(channels, NICs,
-    ppn)``, one ring per NIC rail.
-    """
-    if layout.n_nodes == 1:
-        return min(channels, layout.ranks_per_node - 2) if _mesh(layout) else 1
-    return max(1, min(channels, layout.nics_per_node, layout.ranks_per_node))
-
-
-def walecki_rings(m: int) -> np.ndarray:
-    """int64[m - 2, m]: ``m - 2`` directed rings over ``m`` (even, >= 4) GPUs that share no directed link.
-
-    Walecki's decomposition of the complete graph K_m into ``(m - 2) / 2`` Hamiltonian cycles (Alspach, "The
-    wonderful Walecki construction", Bull. ICA 52, 2008): GPU ``m - 1`` then ``k, k + 1, k - 1, k + 2, k - 2,
-    ...`` (mod ``m - 1``) for cycle ``k``; each cycle is used in both directions. A mesh has one link per ordered
-    GPU pair, so rings on distinct directed links never share one (RCCL's rings on an xGMI mesh spread over its
-    links the same way [inferred]).
-    """
-    j = np.arange(m - 1)
-    offset = np.where(j % 2 == 1, (j + 1) // 2, -((j + 1) // 2))
-    k = np.arange((m - 2) // 2)[:, None]
-    cycles = np.concatenate([np.full((k.size, 1), m - 1), (k + offset[None, :]) % (m - 1)], axis=1)
-    return np.stack([cycles, cycles[:, ::-1]], axis=1).reshape(m - 2, m)
-
-
-def zigzag_path(m: int) -> np.ndarray:
-    """int64[m]: ``0, 1, m - 1, 2, m - 2, ...``; for even ``m`` its steps ``+1, -2, +3, ...`` are distinct mod ``m``.
-
-    So its ``m`` translates ``(path + k) mod m`` are Hamiltonian paths over ``m`` GPUs that share no directed
-    link (they decompose the complete directed graph): each starts at GPU ``k`` and ends at ``k + m / 2``.
-    """
-    j = np.arange(m)
-    return np.where(j % 2 == 1, (j + 1) // 2, -(j // 2)) % m
-
-
-def _ring_order(layout: CommLayout, n_rings: int) -> np.ndarray:
-    """int64[n_rings, n]: comm rank at each ring position (module docstring).
-
-    Ring ``c`` starts each node at local rank ``s_c = c * ppn / n_rings`` and follows the local ranks in order
-    (switch). On a full mesh it follows the Walecki ring ``c`` (one node, :func:`walecki_rings`) or the
-    zigzag path from ``s_c + j * ppn / 2`` in node ``j`` (several nodes, :func:`zigzag_path`): no two rings
-    share a mesh link, and a ring enters node ``j + 1`` at the local rank where it left node ``j`` (one rail).
-    """
-    ppn = layout.ranks_per_node
-    c = np.arange(n_rings)[:, None]
-    start = c * ppn // n_rings
-    if _mesh(layout) and layout.n_nodes == 1:
-        local = walecki_rings(ppn)[:n_rings]
-    elif _mesh(layout):  # node j starts where node j - 1 left: the ring stays on one NIC rail
-        shift = start[:, :, None] + np.arange(layout.n_nodes)[None, :, None] * (ppn // 2)
-        local = (zigzag_path(ppn)[None, None, :] + shift) % ppn
-    else:
-        local = (start + np.arange(ppn)) % ppn
-    node = np.arange(layout.n_nodes)[None, :, None]
-    local = local if local.ndim == 3 else local[:, None, :]
-    return (node * ppn + local).reshape(n_rings, -1)
-
-
 def _ring_chunk_bytes(p: Proto, size: float, channels: int, n: int) -> float:
     """Per-channel chunk of one ring step (sec. 1.5, enqueue.cc calcCollChunking)."""
     if p == Proto.SIMPLE:
@@ -442,9 +336,9 @@ def _ring(coll: Coll, size: float, layout: CommLayout, channels: int, p: Proto, 
     allowed = max(1, max_transfers // (R * n))
     n_lg = min(loops, max(math.isqrt(allowed), allowed // steps))  # loop groups overlap in a wavefront
     n_sg = min(steps, max(1, allowed // n_lg))
-    step_sizes = _groups(steps, n_sg)
-    loop_frac = _groups(loops, n_lg) / loops
-    order = _ring_order(layout, R)
+    step_sizes = even_groups(steps, n_sg)
+    loop_frac = even_groups(loops, n_lg) / loops
+    order = ring_order(layout, R)
     shape = (R, n_lg, n_sg, n)
     c, lg, sg, q = (a.ravel() for a in np.indices(shape))
     src = order[c, q]
@@ -458,87 +352,11 @@ def _ring(coll: Coll, size: float, layout: CommLayout, channels: int, p: Proto, 
     return src, dst, payload, c, sg, dependent, dependency, n_sg + n_lg - 1, 0.0
 
 
-def _pipelined(parent: np.ndarray, n_chunks: int, chunk_frac: np.ndarray, total_bytes: float,
-               reduce: bool, bcast: bool, stream: bool):
-    """Transfers of chunks pipelined along the trees of ``parent`` (int64[R, n], -1 at a root).
-
-    Reduce: ``x -> parent[x]`` after the chunk arrived from every child of ``x``; broadcast: ``parent[x] -> x``
-    after the chunk arrived at ``parent[x]`` (from its parent, or, at a root, from the reduce of its children).
-    Every edge carries ``total_bytes / R`` split over the chunks (``chunk_frac``); chunk ``k`` of an edge also
-    waits for chunk ``k - 1`` (FIFO). ``stream``: one chunk per edge and no dependencies (every edge streams at
-    once, the steady state of a long pipeline).
-    """
-    R, n = parent.shape
-    ring_of, child = np.nonzero(parent >= 0)
-    par = parent[ring_of, child]
-    E = child.size
-    edge_of = np.full((R, n), -1, dtype=np.int64)
-    edge_of[ring_of, child] = np.arange(E)
-    phases = int(reduce) + int(bcast)
-    shape = (n_chunks, phases, E)
-    tid = np.arange(n_chunks * phases * E).reshape(shape)
-    k, ph, e = (a.ravel() for a in np.indices(shape))
-    up = reduce & (ph == 0)
-    src = np.where(up, child[e], par[e])
-    dst = np.where(up, par[e], child[e])
-    payload = total_bytes / R * chunk_frac[k]
-    if stream:
-        none = np.zeros(0, dtype=np.int64)
-        return src, dst, payload, ring_of[e], k, none, none
-    pairs = [(tid[1:].ravel(), tid[:-1].ravel())]  # FIFO
-    above = edge_of[ring_of, par]  # edge from the parent upwards, -1 at a root
-    inner = above >= 0
-    if reduce:  # the edge above waits for each child edge
-        pairs.append((tid[:, 0, above[inner]].ravel(), tid[:, 0, np.flatnonzero(inner)].ravel()))
-    if bcast:
-        b = phases - 1
-        pairs.append((tid[:, b, np.flatnonzero(inner)].ravel(), tid[:, b, above[inner]].ravel()))
-        if reduce:  # below a root: wait for the reduce of every child edge of that root
-            top = np.flatnonzero(~inner)
-            d1, d2 = np.meshgrid(top, top, indexing="ij")
-            same = ring_of[d1] == ring_of[d2]
-            pairs.append((tid[:, b, d1[same]].ravel(), tid[:, 0, d2[same]].ravel()))
-    dependent = np.concatenate([p[0] for p in pairs])
-    dependency = np.concatenate([p[1] for p in pairs])
-    return src, dst, payload, ring_of[e], k, dependent, dependency
-
-
-def _depth(parent: np.ndarray) -> int:
-    """Edges on the longest path from a rank to its root (pointer jumping, vectorised over ranks)."""
-    depth = np.zeros(parent.shape, dtype=np.int64)
-    cur = parent.copy()
-    rows = np.arange(parent.shape[0])[:, None]
-    while np.any(cur >= 0):
-        depth += cur >= 0
-        cur = np.where(cur >= 0, parent[rows, np.maximum(cur, 0)], -1)
-    return int(depth.max())
-
-
-STREAM_CHUNKS_PER_HOP = 4
-"""A tree or chain whose budget allows fewer than this many chunk groups per hop of its depth runs as a stream
-(module docstring): with ``C`` chunk groups over ``D`` hops the fluid pipeline costs ``(D - 1) / C`` of the
-bandwidth time in fill, 25 % at 4 per hop, more than the stream's error (a cost cap, set by hand)."""
-
-
-def _chunking(n_chunks: int, edges_per_chunk: int, depth: int, chunk_bytes: float, max_transfers: int):
-    """(chunk groups, fraction of the bytes in each, critical path, fill bytes, stream) of a tree/chain pipeline.
-
-    Merges NCCL's ``n_chunks`` chunks into at most ``max_transfers / edges_per_chunk`` groups. When that leaves
-    fewer than :data:`STREAM_CHUNKS_PER_HOP` groups per hop of ``depth`` (and NCCL has more), the pipeline runs as
-    a stream: one group, no dependencies, and the fill of NCCL's real chunks, ``(depth - 1)`` chunks of
-    ``chunk_bytes``, is added as latency.
-    """
-    groups = min(n_chunks, max(1, max_transfers // max(edges_per_chunk, 1)))
-    if groups < min(n_chunks, STREAM_CHUNKS_PER_HOP * depth):
-        return 1, np.ones(1), 1, (depth - 1) * chunk_bytes, True
-    return groups, _groups(n_chunks, groups) / n_chunks, depth + groups - 1, 0.0, False
-
-
 def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfers: int):
     """Tree AllReduce: intra-node chains + double binary tree, reduce up then broadcast down."""
     ppn, nn = layout.ranks_per_node, layout.n_nodes
     R = distinct_rings(layout, channels) * (2 if nn > 1 else 1)  # each ring path runs both trees
-    order = _ring_order(layout, R).reshape(R, nn, ppn)  # chain per node, head first
+    order = ring_order(layout, R).reshape(R, nn, ppn)  # chain per node, head first
     t0, t1 = dtree_parent(nn)
     node_parent = np.stack([t0, t1])[np.arange(R) % 2]  # [R, nn]
     parent = np.full((R, layout.n_ranks), -1, dtype=np.int64)
@@ -547,20 +365,20 @@ def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfer
     heads = order[:, :, 0]
     up_node = np.maximum(node_parent, 0)
     parent[np.arange(R)[:, None], heads] = np.where(node_parent >= 0, heads[np.arange(R)[:, None], up_node], -1)
-    depth = _depth(parent)
+    depth = parent_depth(parent)
     per_channel = size / channels
     chunk = tree_chunk_bytes(p, per_channel, depth, layout)
     n_chunks = max(1, math.ceil(per_channel / chunk))
-    groups, frac, path, fill, stream = _chunking(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth,
+    groups, frac, path, fill, stream = chunk_groups(n_chunks, 2 * R * (layout.n_ranks - 1), 2 * depth,
                                                  min(chunk, per_channel), max_transfers)
-    return (*_pipelined(parent, groups, frac, size, True, True, stream), path, fill)
+    return (*pipelined(parent, groups, frac, size, True, True, stream), path, fill)
 
 
 def _chain(op: str, size: float, layout: CommLayout, channels: int, max_transfers: int):
     """Broadcast (root 0 -> ring order) or Reduce (ring order -> root 0), pipelined in 512 KiB chunks."""
     n = layout.n_ranks
     R = distinct_rings(layout, channels)
-    order = _ring_order(layout, R)
+    order = ring_order(layout, R)
     root_pos = np.argmax(order == 0, axis=1)[:, None]
     seq = order[np.arange(R)[:, None], (root_pos + np.arange(n)) % n]  # chain from the root
     parent = np.full((R, n), -1, dtype=np.int64)
@@ -568,112 +386,9 @@ def _chain(op: str, size: float, layout: CommLayout, channels: int, max_transfer
     chunk = BCAST_CHUNK_STEPS * SIMPLE_STEP_BYTES
     per_channel = size / channels
     n_chunks = max(1, math.ceil(per_channel / chunk))
-    groups, frac, path, fill, stream = _chunking(n_chunks, R * (n - 1), n - 1, min(chunk, per_channel),
+    groups, frac, path, fill, stream = chunk_groups(n_chunks, R * (n - 1), n - 1, min(chunk, per_channel),
                                                  max_transfers)
-    return (*_pipelined(parent, groups, frac, size, op == "reduce", op == "broadcast", stream), path, fill)
-
-
-def _switch_pass(up_ranks: np.ndarray, up_bytes: float, down_ranks: np.ndarray, down_bytes: float, ppn: int,
-                 n_nodes: int, frac: np.ndarray, first: int):
-    """One NVLS pass through every node's NVSwitch, for each chunk group (``frac``: share of the bytes in each).
-
-    ``up_ranks`` each send ``up_bytes`` (all groups together) to their node's switch (``dst = SWITCH``); a
-    zero-byte barrier per node (``src = dst = SWITCH``: the switch-side reduction or multicast) waits for its
-    node's ups of the group; then each of ``down_ranks`` receives ``down_bytes`` (``src = SWITCH``) after its
-    node's barrier. Ups and downs also wait for their previous group (FIFO). Transfer ids start at ``first``.
-
-    Returns ``(src, dst, payload, step, dependent, dependency, ids)`` with ``ids = (ups int64[G, u],
-    barriers int64[G, n_nodes], downs int64[G, d])``.
-    """
-    G, u, d = frac.size, up_ranks.size, down_ranks.size
-    per = u + n_nodes + d
-    ids = first + np.arange(G * per).reshape(G, per)
-    ups, bars, downs = ids[:, :u], ids[:, u:u + n_nodes], ids[:, u + n_nodes:]
-    src = np.tile(np.concatenate([up_ranks, np.full(n_nodes + d, SWITCH)]), G)
-    dst = np.tile(np.concatenate([np.full(u + n_nodes, SWITCH), down_ranks]), G)
-    payload = (np.concatenate([np.full(u, up_bytes), np.zeros(n_nodes), np.full(d, down_bytes)])[None, :]
-               * frac[:, None]).ravel()
-    dependent = np.concatenate([bars[:, up_ranks // ppn].ravel(), downs.ravel(), ups[1:].ravel(), downs[1:].ravel()])
-    dependency = np.concatenate([ups.ravel(), bars[:, down_ranks // ppn].ravel(), ups[:-1].ravel(),
-                                 downs[:-1].ravel()])
-    return src, dst, payload, np.repeat(np.arange(G), per), dependent, dependency, (ups, bars, downs)
-
-
-def _nvls(op: str, size: float, layout: CommLayout, channels: int, heads: int, max_transfers: int):
-    """NVLS on one domain: per chunk group, every GPU up to the switch, a barrier, the switch down to every GPU."""
-    n = layout.n_ranks
-    up_bytes, down_bytes = {"allreduce": (size, size), "allgather": (size / n, size * (n - 1) / n),
-                            "reducescatter": (size * (n - 1) / n, size / n)}[op]
-    n_chunks = max(1, math.ceil(size / (channels * nvls_chunk_bytes(size, channels * heads))))
-    groups = min(n_chunks, max(1, max_transfers // (2 * n + 1)))
-    ranks = np.arange(n)
-    src, dst, payload, step, dependent, dependency, _ = _switch_pass(
-        ranks, up_bytes, ranks, down_bytes, n, 1, _groups(n_chunks, groups) / n_chunks, 0)
-    return src, dst, payload, np.zeros(src.size, dtype=np.int64), step, dependent, dependency, groups + 2, 0.0
-
-
-def nvls_heads(layout: CommLayout, heads: int) -> np.ndarray:
-    """int64[n_nodes, heads]: comm ranks of each node's NVLS heads, one per NIC (local rank ``h x ppn / heads``)."""
-    ppn = layout.ranks_per_node
-    return np.arange(layout.n_nodes)[:, None] * ppn + np.arange(heads)[None, :] * ppn // heads
-
-
-def _head_trees(head: np.ndarray, n: int) -> np.ndarray:
-    """int64[2 heads, n]: parents of NCCL's double binary tree over the nodes (:func:`dtree_parent`) among the
-    heads of each index (row ``2h + t``: head ``h``, tree ``t``); -1 at the roots and for every other rank."""
-    nn, heads = head.shape
-    R = 2 * heads
-    node_parent = np.stack(dtree_parent(nn))[np.arange(R) % 2]  # [R, nn]
-    hr = head.T[np.arange(R) // 2]  # [R, nn]: rank of the row's head in each node
-    rows = np.arange(R)[:, None]
-    parent = np.full((R, n), -1, dtype=np.int64)
-    parent[rows, hr] = np.where(node_parent >= 0, hr[rows, np.maximum(node_parent, 0)], -1)
-    return parent
-
-
-def _nvls_tree(size: float, layout: CommLayout, channels: int, heads: int, max_transfers: int):
-    """NVLSTree AllReduce (research notes sec. 1.7; NCCL ``device/all_reduce.h`` ``runNvlsTree``), per chunk group:
-
-    1. every GPU sends its chunk up to its node's NVSwitch (``S`` in all), a barrier per node (the switch's
-       reduction), and the switch sends each head (one per NIC, :func:`nvls_heads`) its share (``S / heads``);
-    2. the heads of each index run NCCL's double binary tree over the nodes (:func:`_head_trees`, each tree
-       half of the share; on 2 nodes a direct exchange), reduce up then broadcast down (:func:`_pipelined`);
-       a tree transfer waits for its sender's share of step 1;
-    3. each head sends its reduced share up (``S / heads``), a barrier per node (the multicast), and the switch
-       sends every GPU the result (``S``); a head's up waits for everything the tree brought it.
-
-    So a GPU sends ``S`` and receives ``S`` through the switch, a head ``S / heads`` more each way, and ``S /
-        heads`` over its NIC each way on 2 nodes (on more, up to twice that at a tree's interior heads, as in Tree).
-    Chunks of the NVLS size (:func:`nvls_chunk_bytes`), merged by
-    :func:`_chunking`, which streams (no dependencies) when too few groups are left.
-    """
-    n, nn, ppn = layout.n_ranks, layout.n_nodes, layout.ranks_per_node
-    head = nvls_heads(layout, heads)
-    parent = _head_trees(head, n)
-    depth = _depth(parent)
-    chunk = nvls_chunk_bytes(size, channels * heads)
-    n_chunks = max(1, math.ceil(size / (channels * chunk)))
-    per_chunk = 2 * (n + nn + head.size + parent.shape[0] * (nn - 1))
-    groups, frac, path, fill, stream = _chunking(n_chunks, per_chunk, 6 + 2 * depth, min(chunk, size / channels),
-                                                 max_transfers)
-    ranks, hf = np.arange(n), head.ravel()
-    col = np.full(n, -1, dtype=np.int64)
-    col[hf] = np.arange(hf.size)  # rank -> column of the head arrays
-    r_src, r_dst, r_pay, r_k, r_dep, r_dy, (_, _, shares) = _switch_pass(ranks, size, hf, size / heads, ppn, nn,
-                                                                          frac, 0)
-    t_src, t_dst, t_pay, t_ch, t_k, t_dep, t_dy = _pipelined(parent, groups, frac, size, True, True, stream)
-    tid = r_src.size + np.arange(t_src.size)
-    b_src, b_dst, b_pay, b_k, b_dep, b_dy, (b_ups, _, _) = _switch_pass(hf, size / heads, ranks, size, ppn, nn,
-                                                                        frac, tid[-1] + 1)
-    if stream:
-        dependent = dependency = np.zeros(0, dtype=np.int64)
-    else:  # besides each part's own: tree after the sender's share, head's up after what the tree brought it
-        dependent = np.concatenate([r_dep, t_dep + r_src.size, b_dep, tid, b_ups[t_k, col[t_dst]], b_ups.ravel()])
-        dependency = np.concatenate([r_dy, t_dy + r_src.size, b_dy, shares[t_k, col[t_src]], tid, shares.ravel()])
-    switch_channel = np.zeros(r_src.size, dtype=np.int64)  # both switch passes have the same size
-    return (np.concatenate([r_src, t_src, b_src]), np.concatenate([r_dst, t_dst, b_dst]),
-            np.concatenate([r_pay, t_pay, b_pay]), np.concatenate([switch_channel, t_ch, switch_channel]),
-            np.concatenate([r_k, t_k, b_k]), dependent, dependency, path, fill)
+    return (*pipelined(parent, groups, frac, size, op == "reduce", op == "broadcast", stream), path, fill)
 
 
 def _pat(coll: Coll, size: float, layout: CommLayout, channels: int, max_transfers: int):
@@ -693,7 +408,7 @@ def _pat(coll: Coll, size: float, layout: CommLayout, channels: int, max_transfe
         dist, blocks = dist[::-1], blocks[::-1]
     loops = max(1, math.ceil(size / (n * channels * _ring_chunk_bytes(Proto.SIMPLE, size, channels, n))))
     groups = min(loops, max(1, max_transfers // (L * n)))
-    frac = _groups(loops, groups) / loops
+    frac = even_groups(loops, groups) / loops
     shape = (groups, L, n)
     k, i, r = (a.ravel() for a in np.indices(shape))
     tid = np.arange(k.size).reshape(shape)
@@ -702,56 +417,6 @@ def _pat(coll: Coll, size: float, layout: CommLayout, channels: int, max_transfe
     dependency = np.concatenate([feeder.ravel(), tid[:, :-1].ravel(), tid[:-1].ravel()])
     return (r, (r - dist[i]) % n, size / n * blocks[i] * frac[k], np.zeros(k.size, dtype=np.int64), k,
             dependent, dependency, groups + L - 1, 0.0)
-
-
-def _collnet(a: Algo, size: float, layout: CommLayout, channels: int):
-    """CollNet AllReduce with IB SHARP (research notes sec. 1.7; NCCL ``device/all_reduce.h``
-    ``runCollNetDirect`` / ``runCollNetChain``), streamed: every edge at once, no dependencies, the fill of
-    NCCL's 512 KiB Simple chunks over the path's hops as latency [chunk size assumed as Simple's step].
-
-    * Chain: ``R`` chains per node (one per NIC rail, as rings: :func:`distinct_rings`), each through all the
-      node's ranks from its head; each chain carries ``S / R``: reduced up the chain (NVLink), the head sends it
-      to the network's reduction (:data:`NET_SWITCH`) and receives the result, which goes back down the chain.
-    * Direct: ``H = min(ppn, NICs)`` heads per node (local rank ``h x ppn / H``); every rank sends each head its
-      ``S / H`` share (NVLink), each head sends its reduced share to the network and receives the result, which
-      it sends to every rank of its node.
-
-    Either way a node sends ``S`` to the network and receives ``S`` (``S / R`` or ``S / H`` per NIC), and a rank
-    sends ``S`` over NVLink (Chain: all but the chains' heads up, all but their tails down; Direct:
-    ``(H - 1) / H`` of ``S`` to the other heads, a head ``S`` more to its node).
-    """
-    nn, ppn = layout.n_nodes, layout.ranks_per_node
-    node = np.arange(nn)[:, None]
-    if a == Algo.COLLNET_CHAIN:
-        R = distinct_rings(layout, channels)
-        order = _ring_order(layout, R).reshape(R, nn, ppn)
-        child, parent = order[:, :, 1:].ravel(), order[:, :, :-1].ravel()
-        head = order[:, :, 0].ravel()
-        ch_chain = np.repeat(np.arange(R), nn * (ppn - 1))
-        ch_head = np.repeat(np.arange(R), nn)
-        src = np.concatenate([child, head, np.full(head.size, NET_SWITCH), parent])
-        dst = np.concatenate([parent, np.full(head.size, NET_SWITCH), head, child])
-        channel = np.concatenate([ch_chain, ch_head, ch_head, ch_chain])
-        payload = np.full(src.size, size / R)
-        hops = 2 * ppn
-    else:
-        H = max(1, min(ppn, layout.nics_per_node))
-        heads = node * ppn + np.arange(H)[None, :] * ppn // H  # [nn, H]
-        ranks = node * ppn + np.arange(ppn)[None, :]  # [nn, ppn]
-        h_idx = np.broadcast_to(np.arange(H)[None, None, :], (nn, ppn, H))
-        r_all = np.broadcast_to(ranks[:, :, None], (nn, ppn, H))
-        h_all = np.broadcast_to(heads[:, None, :], (nn, ppn, H))
-        off = r_all != h_all
-        r, h, hi = r_all[off], h_all[off], h_idx[off]
-        hf, hfi = heads.ravel(), np.tile(np.arange(H), nn)
-        src = np.concatenate([r, hf, np.full(hf.size, NET_SWITCH), h])
-        dst = np.concatenate([h, np.full(hf.size, NET_SWITCH), hf, r])
-        channel = np.concatenate([hi, hfi, hfi, hi])
-        payload = np.full(src.size, size / H)
-        hops = 4
-    fill = (hops - 1) * min(SIMPLE_STEP_BYTES, size / channels)
-    empty = np.zeros(0, dtype=np.int64)
-    return src, dst, payload, channel, np.zeros(src.size, dtype=np.int64), empty, empty, 1, fill
 
 
 def _p2p_plan(op: str, size: float, layout: CommLayout) -> Plan:

@@ -9,7 +9,9 @@ from flowsim.nccl_models import CommLayout
 from flowsim.nccl_models.constants import Algo, Coll, Proto
 from flowsim.nccl_models.execution import nvls_chunk_overhead_s, pipeline_fill_s
 from flowsim.nccl_models.tuning import cost_model
-from flowsim.nccl_models.plans import SWITCH, btree_parent, build_plan, dtree_parent, nvls_heads
+from flowsim.nccl_models.plans import build_plan
+from flowsim.nccl_models.rank_orders import btree_parent, dtree_parent
+from flowsim.nccl_models.switch_plans import SWITCH, nvls_heads
 
 ONE_NODE = CommLayout(n_ranks=8, n_nodes=1, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18, nvls=True)
 TWO_NODES = CommLayout(n_ranks=16, n_nodes=2, compute_capability=90, scaleup_Bps=450e9, scaleup_links=18,
