@@ -18,13 +18,12 @@ DB_HELP = ("Database URL: sqlite:///PATH (default $FLOWSIM_SERVICE_DB or ~/.cach
 
 def _service():
     """Import the service package, or a one-line error naming the extra to install."""
-    try:
-        import fastapi  # noqa: F401
-        import sqlalchemy  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        raise ConfigError("serve", f"needs the service extra: pip install \"flowsim[service]\" ({e.name} is "
-                          "missing)") from None
+    import importlib.util
+
+    missing = [m for m in ("fastapi", "uvicorn", "sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError("serve", f"needs the service extra: pip install \"flowsim[service]\" ({missing[0]} is "
+                          "missing)")
 
 
 def _workers(text: str) -> tuple[int, int]:

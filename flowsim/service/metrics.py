@@ -44,7 +44,8 @@ class _Collector:
             row = s.execute(select(func.count(), func.coalesce(func.sum(latency), 0.0),
                                    *[func.sum(case((latency <= b, 1), else_=0)) for b in LATENCY_BUCKETS_S])
                             .where(finished, Job.finished_s.is_not(None))).one()
-            sims = s.scalar(select(func.count()).select_from(Result)) + s.scalar(select(func.count()).select_from(Point))
+            sims = (s.scalar(select(func.count()).select_from(Result))
+                    + s.scalar(select(func.count()).select_from(Point)))
             recent = (s.scalar(select(func.count()).select_from(Result).where(Result.created_s > now - RATE_WINDOW_S))
                       + s.scalar(select(func.count()).select_from(Point).where(Point.created_s > now - RATE_WINDOW_S)))
         g = GaugeMetricFamily("flowsim_queue_depth", "Queued jobs by kind.", labels=["kind"])

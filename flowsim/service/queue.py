@@ -2,8 +2,8 @@
 
 Life of a job: ``queued`` -> ``running`` (leased to one worker until ``lease_expires_s``) -> ``done``,
 ``failed`` or ``cancelled``. A worker renews its lease (:data:`LEASE_S` by default) :data:`HEARTBEATS_PER_LEASE`
-times per lease period; a lease not renewed in time (the worker was killed, or lost the database) is expired by the next claim, which puts the
-job back in the queue (after :data:`MAX_ATTEMPTS` lost leases it fails instead, so a job that kills its
+times per lease period; a lease not renewed in time (the worker was killed, or lost the database) is expired by
+the next claim, which puts the job back in the queue (after :data:`MAX_ATTEMPTS` lost leases it fails instead, so a job that kills its
 worker cannot loop forever).
 
 Claiming is one short write transaction: on PostgreSQL ``SELECT ... FOR UPDATE SKIP LOCKED`` (workers never
@@ -49,7 +49,8 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
-def submit(engine: Engine, owner_id: int, kind: str, params: dict, key: str, max_active: int | None = None) -> Job | None:
+def submit(engine: Engine, owner_id: int, kind: str, params: dict, key: str,
+           max_active: int | None = None) -> Job | None:
     """Queue a job (or record it as done at once when its key already has a result).
 
     Returns the new job, or None when ``owner_id`` already has ``max_active`` queued or running jobs (checked

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from harness import Server, make_token, start_worker, stop_worker, wait_for
+from harness import Server, make_token, start_worker
 
 from flowsim.cli import main
 
@@ -186,7 +186,8 @@ def test_jobs_owner_admin_cancel_and_paging(server, alice, bob):
 
 def test_over_the_per_user_limit_is_429(alice, bob):
     for i in range(MAX_JOBS):
-        assert alice.post("/v1/jobs", json={"kind": "estimate", "config": {**SMALL, "gbs": 8 * (i + 1)}}).status_code == 202
+        r = alice.post("/v1/jobs", json={"kind": "estimate", "config": {**SMALL, "gbs": 8 * (i + 1)}})
+        assert r.status_code == 202
     r = alice.post("/v1/jobs", json={"kind": "estimate", "config": {**SMALL, "gbs": 512}})
     assert r.status_code == 429 and r.json()["error"].startswith(f"jobs: at most {MAX_JOBS} queued or running")
     assert "retry-after" in r.headers

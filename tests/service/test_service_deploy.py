@@ -72,7 +72,8 @@ def test_deployments_select_their_pods_and_use_the_secret(objects):
         assert secrets[ref["name"]]["stringData"][ref["key"]].startswith("postgresql://")
     api = deployments["flowsim-api"]["spec"]["template"]["spec"]["containers"][0]
     assert api["args"][api["args"].index("--workers") + 1] == "0:0"
-    assert {api["readinessProbe"]["httpGet"]["path"], api["livenessProbe"]["httpGet"]["path"]} == {"/readyz", "/healthz"}
+    probes = {api["readinessProbe"]["httpGet"]["path"], api["livenessProbe"]["httpGet"]["path"]}
+    assert probes == {"/readyz", "/healthz"}
 
 
 def test_probes_and_service_point_at_what_the_app_serves(objects, tmp_path):
