@@ -305,3 +305,17 @@ def test_token_create_prints_the_token_last(tmp_path):
     assert bad.exit_code == 2 and bad.output.startswith("Error: --db: must be sqlite:///PATH or postgresql://")
     bad = CliRunner().invoke(main, ["serve", "--workers", "3:1", "--db", url])
     assert bad.exit_code == 2 and "--workers: must be MIN:MAX" in bad.output
+
+
+def test_first_start_prints_an_admin_token(tmp_path):
+    server = Server(f"sqlite:///{tmp_path / 'fresh.sqlite'}", "0:0").start()
+    try:
+        first = server.proc.stderr.readline().decode()
+        assert first.startswith("first start: admin token (shown once): fs_")
+        with server.client(first.split()[-1]) as admin:
+            assert admin.get("/v1/jobs").json() == {"jobs": [], "total": 0, "limit": 50, "offset": 0}
+            r = admin.post("/v1/jobs", json={"kind": "estimate", "config": SMALL})
+            assert r.status_code == 202 and r.json()["owner"] == "admin"
+        assert server.proc.stderr.readline().decode().startswith(f"flowsim serve: http://127.0.0.1:{server.port}")
+    finally:
+        server.stop()
