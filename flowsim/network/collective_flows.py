@@ -36,8 +36,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from flowsim.network.comm_layout import group_layout, job_domain_size
-from flowsim.config.cluster import ClusterConfig
+from flowsim.config.cluster import ClusterConfig, job_domain_size
+from flowsim.network.comm_layout import group_layout
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import (
