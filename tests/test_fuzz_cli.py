@@ -2,11 +2,12 @@
 
 Each case must end with exit 0 (and, for ``--json``, finite figures) or exit 2 with a last line
 ``Error: <field>: <rule>``; never a traceback (exit 1) or any other exception. Per CI run: 150 generated
-``estimate`` argument lists, 40 ``topo`` / ``kernels predict`` argument lists, and 20 generated files for each of
-the 7 readers (140): 330 cases. ``FLOWSIM_FUZZ_CLI_SCALE`` multiplies them for a longer local run.
+``estimate`` argument lists, 40 ``topo`` / ``kernels predict`` argument lists, 20 generated files for each of
+7 readers (140) and 10 cut or damaged Kineto traces: 340 cases. ``FLOWSIM_FUZZ_CLI_SCALE`` multiplies them for a longer local run.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -103,6 +104,7 @@ def _sample(name: str) -> bytes:
     return (SHARED / name).read_bytes()
 
 
+@functools.lru_cache(maxsize=1)
 def _valid_files() -> dict:
     """A valid input per reader (from the shared data or built here), the seed of each file mutation."""
     lines = _sample("simai/workload_analytical.txt").splitlines(keepends=True)
@@ -114,6 +116,7 @@ def _valid_files() -> dict:
         "aicb": b"\n".join(_sample("simai/aicb_A100_example.csv").splitlines()[:30]) + b"\n",
         "study": b"name: s\njob: {model: llama3-8b, cluster: dgx-h100, gpus: 8, gbs: 16}\n",
         "workload": json.dumps({"format": "flowsim-workload", "version": 2}).encode(),
+        "trace": gzip.decompress(_sample("traces/hta_a100_2rank_ddp_nccl.json.gz"))[:300_000],
     }
 
 
@@ -125,6 +128,7 @@ COMMANDS = {
     "aicb": ["simai", "aicb-log", "--cluster", "dgx-a100", "--tp", "1", "{f}"],
     "study": ["sweep", "{f}", "--jobs", "1", "--no-progress", "--db", "{db}"],
     "workload": ["estimate", "--workload", "{f}", "--cluster", "dgx-h100"],
+    "trace": ["validate-trace", "{f}", "--cluster", "dgx-a100"],
 }
 
 
@@ -161,16 +165,16 @@ def mutated(draw, data: bytes) -> bytes:
     return data
 
 
-def _file_case(reader: str):
+def _file_case(reader: str, n: int = 20):
     seed = _valid_files()[reader]
 
-    @_settings(20)
+    @_settings(n)
     @given(mutated(seed))
     def case(data):
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            f = Path(tmp) / ("in.json" if reader == "workload" else "in.yaml" if reader in ("config", "study")
+            f = Path(tmp) / ("in.json" if reader in ("workload", "trace") else "in.yaml" if reader in ("config", "study")
                              else "in.csv" if reader in ("runs", "aicb") else "in.txt")
             f.write_bytes(data)
             check_cli([a.format(f=f, db=Path(tmp) / "r.sqlite") for a in COMMANDS[reader]])
@@ -185,3 +189,4 @@ test_simai_workloads = _file_case("simai")
 test_aicb_logs = _file_case("aicb")
 test_study_files = _file_case("study")
 test_captured_workloads = _file_case("workload")
+test_kineto_traces = _file_case("trace", 10)

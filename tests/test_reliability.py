@@ -273,3 +273,29 @@ def test_validate_draws_progress_when_asked(shared_data):
     csv = str(shared_data / "curated" / "training_runs_public.csv")
     r = _run("validate", csv, "--only-ids", "1,2", "--progress")
     assert r.exit_code == 0 and "validate" in r.stderr and "run" in r.stderr
+
+
+# --- numba cache --------------------------------------------------------------------------------------------
+
+def test_numba_cache_goes_to_a_per_user_folder_unless_set(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = "import flowsim, numba, os; print(os.environ['NUMBA_CACHE_DIR'], numba.config.CACHE_DIR)"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "XDG_CACHE_HOME": str(tmp_path)},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(tmp_path / "flowsim" / "numba")] * 2
+    mine = str(tmp_path / "mine")
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "NUMBA_CACHE_DIR": mine},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [mine, mine]
+
+
+def test_truncated_gzip_trace_is_a_one_line_error(tmp_path, shared_data):
+    src = (shared_data / "traces" / "hta_a100_2rank_ddp_nccl.json.gz").read_bytes()
+    f = tmp_path / "cut.json.gz"
+    f.write_bytes(src[:len(src) // 50])
+    line = _one_line_error(_run("validate-trace", str(f), "--cluster", "dgx-a100"))
+    assert line.startswith("Error: trace: "), line

@@ -263,6 +263,9 @@ def validate_trace(path: str | Path, *, gpu: str | None = None, cluster: str | N
     events = read_events(path)
     key = gpu or trace_gpu_key(events.meta)
     contents = extract(events)
+    if contents.compute.empty and contents.collectives.empty:
+        raise ConfigError("trace", "holds no complete kernel event to compare"
+                          + (" (the file is cut off before the first one)" if events.truncated else ""), str(path))
     coll = contents.collectives
     ranks = max(contents.world_size, int(coll.n_ranks.max()) if len(coll) else 1)
     return validate_contents(contents, key, _cluster(cluster, key, ranks), trace=Path(path).name,
