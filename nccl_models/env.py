@@ -26,9 +26,6 @@ from flowsim.nccl_models.constants import ALGO_NAMES, Algo
 from flowsim.nccl_models.layout import CommLayout
 from flowsim.nccl_models.overrides import parse_override
 
-APPLIED = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-           "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NET_GDR_C2C")
-"""Variables the model applies; the others a run states are reported as ignored."""
 _NVLS = frozenset({Algo.NVLS, Algo.NVLS_TREE})
 
 

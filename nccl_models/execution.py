@@ -62,7 +62,7 @@ an NVLink5 link at 40 GB/s (18 links: 720 GB/s, ring busBw 720); nccl-tests meas
 one NVL72 rack (72 GPUs, NCCL 2.26.2, NVLS off) at 839.2 and 834.6 GB/s busbw at 4 and 8 GiB: 1.165 and 1.159,
 mean 1.16 (93 % of the 900 GB/s wire). Fitted on gb200_72gpu_1rack_allreduce_mnnvl_coreweave.txt (sizes
 >= 4 GiB); checked on the 2- and 20-rack files. Not applied within one host: Azure's 4-GPU GB200 ring
-(NCCL 2.25.1) measures 679.6 GB/s at 8 GiB, 0.94 of NCCL's figure (docs/NCCL.md, Accuracy, on the conflict)."""
+(NCCL 2.25.1) measures 679.6 GB/s at 8 GiB, 0.94 of NCCL's figure (docs/NCCL.md, Rack scale, on the conflict)."""
 
 SENDRECV_NET_EFFICIENCY = 0.58
 """Achieved fraction of one NIC's bandwidth for one send/recv pair across nodes (dimensionless). Fitted

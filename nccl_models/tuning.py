@@ -73,7 +73,7 @@ def _log2i(x: int) -> int:
 COLLNET = (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN)
 
 
-def _reason(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> str | None:  # noqa: C901
+def _reason(coll: Coll, a: Algo, p: Proto, layout: CommLayout, g: Graphs) -> str | None:
     """Why NCCL would not consider (coll, a, p) on this communicator; None if it would."""
     nn, ppn, cc = layout.n_nodes, layout.ranks_per_node, layout.compute_capability
     if coll in (Coll.BROADCAST, Coll.REDUCE) and a != Algo.RING:
