@@ -81,7 +81,8 @@ function bars(canvas, labels, values, unit) {
   });
 }
 
-function scatter(canvas, points, xLabel, yLabel) {
+// points: [x, y] pairs; front: pairs drawn on top in orange and joined (tune's Pareto front)
+function scatter(canvas, points, xLabel, yLabel, front = []) {
   const ctx = canvas.getContext("2d");
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   if (!points.length) return;
@@ -94,6 +95,14 @@ function scatter(canvas, points, xLabel, yLabel) {
   ctx.strokeRect(L, 10, W, H);
   ctx.fillStyle = "#3b6ea5";
   for (const [x, y] of points) { ctx.beginPath(); ctx.arc(px(x), py(y), 3, 0, 2 * Math.PI); ctx.fill(); }
+  if (front.length) {
+    ctx.strokeStyle = ctx.fillStyle = "#e07b39";
+    ctx.beginPath();
+    front.forEach(([x, y], i) => (i ? ctx.lineTo(px(x), py(y)) : ctx.moveTo(px(x), py(y))));
+    ctx.stroke();
+    for (const [x, y] of front) { ctx.beginPath(); ctx.arc(px(x), py(y), 4, 0, 2 * Math.PI); ctx.fill(); }
+    ctx.fillText("Pareto front", L + W - 80, 24);
+  }
   ctx.fillStyle = "#222";
   ctx.font = "12px sans-serif";
   ctx.fillText(xLabel + " (" + fmt(x0) + " .. " + fmt(x1) + ")", L, canvas.height - 8);
@@ -103,7 +112,7 @@ function scatter(canvas, points, xLabel, yLabel) {
 
 function table(el, rows, columns) {
   if (!rows.length) { el.textContent = "(no rows)"; return; }
-  const cols = columns || Object.keys(rows[0]).filter((k) => typeof rows[0][k] !== "object");
+  const cols = columns || Object.keys(rows[0]).filter((k) => k !== "key" && typeof rows[0][k] !== "object");
   let html = "<table><thead><tr>" + cols.map((c) => "<th>" + c + "</th>").join("") + "</tr></thead><tbody>";
   for (const r of rows) html += "<tr>" + cols.map((c) => "<td>" + fmt(r[c]) + "</td>").join("") + "</tr>";
   el.innerHTML = html + "</tbody></table>";
@@ -162,8 +171,9 @@ async function refreshJobs() {
 
 function plotJob(kind, result) {
   const canvas = $("job-plot");
-  if (kind === "tune") scatter(canvas, (result.ranked || []).map((p) => [p.step_time_s, p.memory_bytes_per_gpu / 1e9]),
-    "step time s", "memory GB");
+  const stepMem = (p) => [p.step_time_s, p.memory_bytes_per_gpu / 1e9];
+  if (kind === "tune") scatter(canvas, (result.ranked || []).map(stepMem), "step time s", "memory GB",
+    (result.pareto || []).map(stepMem));
   else if (kind === "sweep") bars(canvas, result.points.map((p) => p.hardware + " " + (p.workload || "")),
     result.points.map((p) => p.step_time_s || 0), "s");
   else if (kind === "collective") scatter(canvas, result.rows.map((r) => [Math.log2(r.size_bytes), r.busbw_Bps / 1e9]),
