@@ -18,7 +18,8 @@ SOURCES = {"flowsim": "flowsim", "kernels": "flowsim.kernels", "gpu_specs": "flo
 """Source folder -> the package it installs as (setup.cfg package_dir)."""
 
 LAYERS = (
-    ("flowsim._moved", "flowsim._version", "flowsim.errors", "flowsim.io_text", "flowsim.units"),
+    ("flowsim._moved", "flowsim._numba_cache", "flowsim._version", "flowsim.errors", "flowsim.io_text",
+     "flowsim.units"),
     ("flowsim.gpu_specs",),
     ("flowsim.kernels",),
     ("flowsim.nccl_models",),
@@ -122,8 +123,9 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_points_up_a_layer():
-    up = sorted((a, b) for a, targets in GRAPH.items() for b in targets
-                if _layer(b) > _layer(a) and (a, b) not in PENDING)
+    known = {m for m in MODULES if _layer(m) is not None}  # the others fail test_every_module_has_a_layer
+    up = sorted((a, b) for a, targets in GRAPH.items() if a in known for b in targets
+                if b in known and _layer(b) > _layer(a) and (a, b) not in PENDING)
     assert up == [], "imports against the layer order (importer, imported):\n" + "\n".join(map(str, up))
 
 
