@@ -13,6 +13,7 @@ import gzip
 import io
 import json
 import os
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -158,6 +159,16 @@ def check_output_file(path, field: str) -> None:
         raise ConfigError(field, "folder does not exist (flowsim creates no folders you did not name)", str(path))
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise ConfigError(field, "is not writable", str(path))
+    try:  # a probe: access() says yes to root on /proc and read-only mounts
+        if p.exists():
+            with open(p, "ab"):
+                pass
+        else:
+            with open(p, "xb"):
+                pass
+            p.unlink()
+    except OSError as e:
+        raise ConfigError(field, f"cannot be written ({e.strerror})", str(path)) from None
 
 
 def check_output_dir(path, field: str) -> None:
@@ -172,3 +183,11 @@ def check_output_dir(path, field: str) -> None:
                           str(path))
     if not os.access(target, os.W_OK):
         raise ConfigError(field, "is not writable", str(path))
+    try:  # a probe, as in check_output_file
+        if p.is_dir():
+            tempfile.TemporaryFile(dir=p).close()
+        else:
+            p.mkdir()
+            p.rmdir()
+    except OSError as e:
+        raise ConfigError(field, f"cannot be written ({e.strerror})", str(path)) from None

@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import json
 import math
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -299,3 +300,26 @@ def test_truncated_gzip_trace_is_a_one_line_error(tmp_path, shared_data):
     f.write_bytes(src[:len(src) // 50])
     line = _one_line_error(_run("validate-trace", str(f), "--cluster", "dgx-a100"))
     assert line.startswith("Error: trace: "), line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["kernels", "predict", "--gpu", "h100-sxm", "--op", "memory", "--shape", "nan"],
+     "Error: shape: memory takes bytes: each finite and <= 1,099,511,627,776 (got nan)"),
+    (["kernels", "predict", "--gpu", "h100-sxm", "--op", "gemm", "--shape", "nan,1,1"],
+     "Error: shape: gemm takes m,n,k[,batch] (numbers) (got nan,1,1)"),
+    (["topo", "--gpus", "1000000000"],
+     "Error: num_gpus: must be <= 1,048,576 (5x the largest announced cluster) (got 1000000000)"),
+    (["topo", "--oversubscription", "inf"],
+     "Error: oversubscription: must be a finite number in [1, 100] (1 = non-blocking) (got inf)"),
+    (["topo", "--leaves-per-rail", "2"], "Error: leaves_per_rail: must not exceed the hosts of the job (every "
+                                         "leaf needs a host) (got 2 leaves, 1 hosts)"),
+])
+def test_other_commands_refuse_the_issues_inputs(args, message):
+    assert _one_line_error(_run(*args)) == message
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_unwritable_output_paths_fail_before_the_simulation():
+    base = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"]
+    assert _one_line_error(_run(*base, "--chakra", "/proc/nope")).startswith("Error: --chakra: cannot be written")
+    assert _one_line_error(_run(*base, "--trace", "/proc/nope.json")).startswith("Error: --trace: cannot be")
