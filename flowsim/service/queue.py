@@ -10,7 +10,8 @@ Claiming is one short write transaction: on PostgreSQL ``SELECT ... FOR UPDATE S
 wait on each other's row), on SQLite ``BEGIN IMMEDIATE`` (one writer at a time), and in both cases the
 ``UPDATE`` is conditional on the row still being queued, so two workers never run the same job. A queued job
 whose key is being computed by a running job waits for it, then finds the result: identical configs are
-never simulated twice.
+never simulated twice (on PostgreSQL a transaction-scoped advisory lock on the key makes two concurrent claims of
+one key see each other).
 
 Results are keyed by the job's key (:mod:`flowsim.service.kinds`) and inserted once (``ON CONFLICT DO
 NOTHING``); a job is marked done only by the worker holding its lease, in the same transaction.
@@ -30,6 +31,7 @@ from flowsim.service.db import Job, Result, User, Worker, insert_ignore, is_post
 LEASE_S = 30.0  # default lease: a job not heartbeaten for this long is requeued (3 missed heartbeats)
 HEARTBEATS_PER_LEASE = 3  # a worker renews its lease every lease / 3 seconds
 MAX_ATTEMPTS = 3  # lost leases after which a job fails instead of being requeued
+CLAIM_CANDIDATES = 8  # PostgreSQL: queued jobs one claim looks at (the first whose key is free is taken)
 ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "cancelled")
 
@@ -90,21 +92,36 @@ def claim(engine: Engine, worker_id: str, kinds=None, lease_s: float = LEASE_S) 
     """Lease the oldest queued job to ``worker_id`` for ``lease_s`` seconds (None when there is none)."""
     expire_leases(engine)
     now = time.time()
+    pg = is_postgres(engine)
     busy_keys = select(Job.key).where(Job.state == "running")
     with session(engine, write=True) as s:
         q = select(Job.id, Job.kind, Job.params_json, Job.key).where(Job.state == "queued", Job.key.not_in(busy_keys))
         if kinds:
             q = q.where(Job.kind.in_(kinds))
-        q = q.order_by(Job.created_s, Job.id).limit(1)
-        if is_postgres(engine):
+        q = q.order_by(Job.created_s, Job.id).limit(CLAIM_CANDIDATES if pg else 1)
+        if pg:
             q = q.with_for_update(skip_locked=True)
-        row = s.execute(q).first()
-        if row is None:
-            return None
-        got = s.execute(update(Job).where(Job.id == row.id, Job.state == "queued").values(
-            state="running", lease_owner=worker_id, lease_expires_s=now + lease_s, attempts=Job.attempts + 1,
-            started_s=func.coalesce(Job.started_s, now))).rowcount
-    return Claimed(row.id, row.kind, json.loads(row.params_json), row.key) if got == 1 else None
+        for row in s.execute(q).all():
+            if pg and not _own_key(s, row.key):
+                continue
+            got = s.execute(update(Job).where(Job.id == row.id, Job.state == "queued").values(
+                state="running", lease_owner=worker_id, lease_expires_s=now + lease_s, attempts=Job.attempts + 1,
+                started_s=func.coalesce(Job.started_s, now))).rowcount
+            if got == 1:
+                return Claimed(row.id, row.kind, json.loads(row.params_json), row.key)
+    return None
+
+
+def _own_key(s, key: str) -> bool:
+    """PostgreSQL: take ``key`` for this transaction, unless another claim holds it or a job of it is running.
+
+    The advisory lock closes the window in which two workers pick two queued jobs of one key at once (neither
+    sees the other's uncommitted ``running``); the second look, a new statement after the lock, sees a claim
+    committed in the meantime.
+    """
+    if not s.scalar(select(func.pg_try_advisory_xact_lock(func.hashtext(key)))):
+        return False
+    return s.scalar(select(func.count()).select_from(Job).where(Job.key == key, Job.state == "running")) == 0
 
 
 def heartbeat(engine: Engine, job_id: str, worker_id: str, progress: float | None = None,
