@@ -218,7 +218,7 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     calibration : str
         Config ``calibration``: a profile path, ``default``, or ``""`` (none).
     framework_version : str
-        Config ``framework_version`` (:mod:`flowsim.model.profiles`).
+        Config ``framework_version`` (:mod:`flowsim.config.profiles`).
 
     Returns
     -------

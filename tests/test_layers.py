@@ -39,8 +39,6 @@ package front (flowsim/__init__.py, its public names loaded lazily): only the fr
 PENDING = {
     # host-cost data (commit 8f2dbb7): model/host_costs.py prices with step/host.py's numba queue
     ("flowsim.model.host_costs", "flowsim.step.host"),
-    # validate (validation/runs.py): simulate through flowsim.step.simulate, not the package front
-    ("flowsim.validation.runs", "flowsim"),
 }
 """Known upward or cyclic edges (importer, imported) whose owner is removing them; the lead empties this table."""
 

@@ -297,7 +297,7 @@ def cli(monkeypatch):
     """Invoke ``flowsim`` with the stand-in simulator as flowsim.step.simulate."""
     from flowsim.cli import main
 
-    monkeypatch.setattr(flowsim, "simulate", FakeSimulate(), raising=False)
+    monkeypatch.setattr("flowsim.step.simulate.simulate", FakeSimulate())
     runner = CliRunner()
     return lambda *args: runner.invoke(main, list(args))
 

@@ -864,7 +864,7 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
         When the file cannot be read or lacks a required column, or an id of ``only_ids`` is not in it.
     """
     if simulate is None:
-        from flowsim import simulate
+        from flowsim.step.simulate import simulate
     runs, skipped = read_runs(path)
     if only_ids is not None:
         wanted = [int(i) for i in only_ids]

@@ -40,7 +40,7 @@ from flowsim.kernels.ingest import trace_gpu_key
 from flowsim.step import CollectivePricer
 from flowsim.units import MiB
 from flowsim.validation.kineto import TraceContents, extract
-from flowsim.validation.trace_events import read_events
+from flowsim.kernels.trace_events import read_events
 
 WAIT_FACTOR = 1.25
 """An instance slower than this multiple of the fastest instance of its key is ``waiting``. flowsim's choice:

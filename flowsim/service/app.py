@@ -187,7 +187,7 @@ def create_app(engine: Engine, limits: Limits = Limits()) -> FastAPI:
         from flowsim.config import list_presets
         from flowsim.config.training import SCHEDULES
         from flowsim.gpu_specs import gpu_keys
-        from flowsim.model.profiles import frameworks, releases
+        from flowsim.config.profiles import frameworks, releases
 
         return {"models": list_presets("models"), "clusters": list_presets("clusters"), "gpus": list(gpu_keys()),
                 "frameworks": {f: list(releases(f)) for f in frameworks()},
