@@ -72,13 +72,14 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from flowsim.config.layout import check_layout
+from flowsim.config.layout import PIPELINE_SCHEDULES, check_layout
 from flowsim.errors import ConfigError
 from flowsim.step.overlap import shared_sm_time_s
 
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = 0, 1, 2, 3, 4
-SCHEDULE_IDS = {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "interleaved": INTERLEAVED, "zb-h1": ZB_H1,
-                "dualpipe": DUALPIPE}
+SCHEDULE_IDS = {name: i for i, name in enumerate(PIPELINE_SCHEDULES)}
+"""Integer id of each schedule (the numba kernels' ``kind``), in config.layout's order."""
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = (SCHEDULE_IDS[n] for n in
+                                                   ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))
 SPLIT_BACKWARD = ("zb-h1", "dualpipe")  # schedules that run weight gradients as passes of their own
 FWD, BWD, WGRAD = 0, 1, 2  # pass kinds: forward, backward (input gradients), weight gradients
 
