@@ -198,14 +198,19 @@ def test_bad_gpus_per_process_is_one_line_exit_2(shared_data, command, value, me
     ["--op", "sendrecv", "--cluster", "dgx-h100", "--nodes", "2", "--sizes", "1M:16M"],
     ["--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "2", "--sizes", "1M:64M", "--engine", "flow"],
     ["--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1M:64M", "--nccl-version", "2.19"],
+    ["--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "8", "--collnet", "--sizes", "64K:8G"],
+    ["--op", "allreduce", "--cluster", "dgx-h100", "--nodes", "8", "--collnet", "--algo", "collnetchain",
+     "--sizes", "16M:1G", "--engine", "flow"],
+    ["--op", "allreduce", "--cluster", "gb200-nvl72", "--nodes", "36", "--algo", "^nvls,nvlstree",
+     "--sizes", "1M:8G"],
 ], ids=lambda a: "-".join(a[1::2][:4]))
 def test_round_trip_has_no_error(tmp_path, args):
     printed = run("collective", *args)
     assert printed.exit_code == 0, printed.output
     log = tmp_path / "x.txt"
     log.write_text(printed.output)
-    cluster = [a for pair in zip(args[::2], args[1::2]) if pair[0] in ("--cluster", "--nodes", "--engine")
-               for a in pair]
+    cluster = [a for pair in zip(*[iter([x for x in args if x != "--collnet"])] * 2)
+               if pair[0] in ("--cluster", "--nodes", "--engine") for a in pair]
     back = run("validate-nccl", str(log), *cluster, "--json")
     assert back.exit_code == 0, back.output
     out = json.loads(back.output)

@@ -3,6 +3,7 @@ of the NCCL model against an nccl-tests log."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import click
 
@@ -175,10 +176,12 @@ def _count(op: str, size: int, n_ranks: int) -> int:
 @click.option("--sizes", default="8:8G", show_default=True,
               help="MIN:MAX bytes doubling (nccl-tests -b/-e -f 2) or one size; suffixes K, M, G are binary.")
 @click.option("--explain", is_flag=True, help="Also print NCCL's whole cost table (every algo/proto) per size.")
+@click.option("--collnet", is_flag=True, help="IB SHARP through NCCL's CollNet plugin (NCCL_COLLNET_ENABLE=1): "
+                                             "CollNetDirect/CollNetChain and multi-node NVLS become available.")
 @_cluster_options
 @user_errors
-def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo, proto,
-               nccl_version, gpus_per_process, engine, as_json):
+def collective(op, sizes, explain, collnet, cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu, algo,
+               proto, nccl_version, gpus_per_process, engine, as_json):
     """Predict one collective over a size sweep, printed as an nccl-tests log (NCCL's algo/proto in a trailing
     comment per row) that `flowsim validate-nccl` reads back.
 
@@ -193,6 +196,7 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
     """
     cfg, spec = preset_cluster(cluster, nodes, gpus_per_node, nics_per_node, nic_gbps, gpu, cpu)
     layout = group_layout(cfg, spec, cfg.num_gpus, 1, nccl_version=_modelled_version(nccl_version)[0])
+    layout = replace(layout, collnet=collnet)
     if explain and op in P2P_OPS:
         raise ConfigError("--explain", f"{op} is point-to-point: NCCL has no cost table for it", op)
     per_process = check_gpus_per_process(gpus_per_process or 1, layout.ranks_per_node)
@@ -202,7 +206,7 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
     for size in parse_sizes(sizes):
         if engine == "flow":
             est = run_collective(cfg, spec, op, size, list(range(cfg.num_gpus)), algo=algo, proto=proto,
-                                 nccl_version=layout.nccl_version)
+                                 collnet=collnet, nccl_version=layout.nccl_version)
         else:
             est = predict(op, size, layout, algo=algo, proto=proto)
         est = with_launch_floor(est, per_process)
@@ -219,7 +223,8 @@ def collective(op, sizes, explain, cluster, nodes, gpus_per_node, nics_per_node,
     title = (f"flowsim collective: {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x "
              f"{layout.ranks_per_node}, {layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} "
              f"engine; {_launch_text(per_process, launch['floor_s'])}; GB/s = 1e9 B/s")
-    env = {k: v for k, v in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto)) if v}
+    env = {k: v for k, v in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto), ("NCCL_COLLNET_ENABLE", collnet and 1))
+           if v}
     for line in nccl_tests_lines(op, rows, title=title, gpus_per_process=per_process,
                                  nccl_version=layout.nccl_version, env=env):
         click.echo(line)
