@@ -59,6 +59,10 @@ MOVED_NAMES = {
     "flowsim.model.workload": {"CommOp": "flowsim.model.ops", "FP8_CAST_BYTES_PER_ELEM": "flowsim.model.ops",
                                "FP8_TRANSPOSE_BYTES_PER_ELEM": "flowsim.model.ops"},
     "flowsim.model.recompute": {"MEGATRON_MODULES": "flowsim.config.training"},
+    "flowsim.network.collective_flows": {"flow_comparison": "flowsim.validation.nccl_flows"},
+    "flowsim.nccl_models.plans": {name: "flowsim.nccl_models.rank_orders" for name in (
+        "btree_parent", "distinct_rings", "dtree_parent", "walecki_rings", "zigzag_path")}
+    | {"SWITCH": "flowsim.nccl_models.switch_plans", "nvls_heads": "flowsim.nccl_models.switch_plans"},
 }
 """Module -> {public name that moved out of it: the module that defines it now} (issue 14)."""
 

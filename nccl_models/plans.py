@@ -72,6 +72,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowsim._moved import module_getattr
 from flowsim.errors import ConfigError
 from flowsim.nccl_models.constants import (
     ALGO_NAMES, BCAST_CHUNK_STEPS, LL128_STEP_DATA_BYTES, LL_BW_FACTOR, LL_STEP_DATA_BYTES, PROTO_NAMES,
@@ -92,6 +93,7 @@ from flowsim.nccl_models.switch_plans import collnet_parts, nvls_parts, nvls_tre
 from flowsim.nccl_models.tuning import cost_model, n_steps
 
 __all__ = ["PLANNED_ALGOS", "Plan", "build_plan", "plan_collective"]
+__getattr__ = module_getattr(__name__)  # rank orders and NVLS helpers moved to rank_orders / switch_plans
 
 PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain", "P2P")
 """Algorithms (NCCL names) that have a plan. NVLS across nodes (NVLS + SHARP) has none."""

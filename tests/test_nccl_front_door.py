@@ -23,7 +23,7 @@ def _imports(path: Path):
 
 
 def test_nccl_models_imports_only_units_errors_and_itself():
-    allowed = ("flowsim.nccl_models", "flowsim.units", "flowsim.errors")
+    allowed = ("flowsim.nccl_models", "flowsim.units", "flowsim.errors", "flowsim._moved")
     for path in sorted((ROOT / "nccl_models").glob("*.py")):
         for module, _ in _imports(path):
             if module.startswith("flowsim"):
@@ -73,3 +73,16 @@ def test_planned_override_rejects_collnet_only():
                         nics_per_node=8, nic_Bps=50e9)
     with pytest.raises(ConfigError, match="algo"):
         plan_collective("allreduce", 2**20, layout, algo="collnetdirect")
+
+
+def test_moved_names_warn_and_resolve():
+    import warnings
+
+    import flowsim.network.collective_flows as cf
+    import flowsim.nccl_models.plans as plans
+    from flowsim.nccl_models.rank_orders import btree_parent
+    from flowsim.validation.nccl_flows import flow_comparison
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cf.flow_comparison is flow_comparison and plans.btree_parent is btree_parent
+    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]

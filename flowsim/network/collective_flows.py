@@ -36,6 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from flowsim._moved import module_getattr
 from flowsim.config.cluster import ClusterConfig, job_domain_size
 from flowsim.network.comm_layout import group_layout
 from flowsim.errors import ConfigError
@@ -49,6 +50,7 @@ from flowsim.network.routing import route
 from flowsim.network.topology import _TIER_NAMES, LinkKind, Topology, build_topology
 
 __all__ = ["FlowCollectiveResult", "run_collective", "run_concurrent", "strided_groups", "cached_topology"]
+__getattr__ = module_getattr(__name__)  # flow_comparison moved to flowsim.validation.nccl_flows
 
 
 @dataclass(frozen=True)
