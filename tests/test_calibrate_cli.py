@@ -24,7 +24,7 @@ def test_calibrate_writes_a_profile_and_reports_errors(small_runs, tmp_path):
     out = tmp_path / "profile.yaml"
     res = CliRunner().invoke(main, ["calibrate", str(path), "-o", str(out), "--grid", "3", "--json"])
     assert res.exit_code == 0, res.output
-    report = json.loads(res.output)
+    report = json.loads(res.stdout)
     assert {"parameters", "refused", "dropped", "errors"} <= set(report)
     assert report["errors"]["runs"] == 8
     kept = {p["family"] for p in report["parameters"]} | {k.split(":")[2] for k in report["dropped"]}

@@ -77,6 +77,9 @@ def calibrate(runs_csv, output, grid_points, as_json):
 
     runs, skipped, table, keys = tabulated(runs_csv, grid_points)
     result = calibrate_runs(runs, table, keys)
+    if (table.times_s == table.times_s[:, :1]).all():
+        click.echo("warning: no run's simulated step time depends on gemm_fraction; the engine in use does not "
+                   "apply calibration profiles to the op pricing (docs/CALIBRATION.md, Status)", err=True)
     sources = sorted({r.source for r in runs})
     fitted_on = f"{runs_csv}: {len(runs)} runs of {len(sources)} sources ({len(skipped)} rows skipped)"
     command = f"flowsim calibrate {runs_csv} -o {output}" + (f" --grid {grid_points}" if grid_points != 7 else "")
