@@ -244,6 +244,7 @@ class _Prepared:
     ptr: np.ndarray
     links: np.ndarray
     kernel_Bps: np.ndarray
+    net_links: np.ndarray  # the distinct topology links its transfers cross (for _connected)
 
     @property
     def n_transfers(self) -> int:
@@ -257,10 +258,26 @@ class _Prepared:
         return ptr, (self.plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
 
 
-def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray,
-             algo, proto, pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION,
-             collnet: bool = False):
-    """Plan and route one collective on every group; a :class:`FlowCollectiveResult` for single-rank groups."""
+PREPARED_CACHE_SIZE = 128
+"""Prepared collectives (plan and routes of one collective on one set of groups) kept per process. A cost cap
+only: a step on the flow engine prepares a few dozen distinct ones, each cross-kind simulation re-uses them
+(benchmarks/bench_flow_scaling.py)."""
+
+
+def _prepare(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray, algo, proto,
+             pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION, collnet: bool = False):
+    """Plan and route one collective on every group (on ``cached_topology(cluster, gpu)``); a
+    :class:`FlowCollectiveResult` for single-rank groups. Cached per (collective, groups): the arrays are
+    read-only."""
+    return _prepare_cached(cluster, gpu, op, size_bytes, groups.tobytes(), groups.shape, algo, proto, pxn,
+                           max_transfers, nccl_version, collnet)
+
+
+@lru_cache(maxsize=PREPARED_CACHE_SIZE)
+def _prepare_cached(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups_bytes: bytes,
+                    shape: tuple, algo, proto, pxn: bool, max_transfers: int, nccl_version: str, collnet: bool):
+    topo = cached_topology(cluster, gpu)
+    groups = np.frombuffer(groups_bytes, dtype=np.int64).reshape(shape)
     est, plan = plan_collective(op, size_bytes, _layout(cluster, gpu, groups, nccl_version, collnet), algo=algo,
                                 proto=proto, max_transfers=max_transfers)
     if plan is None:
@@ -268,7 +285,10 @@ def _prepare(topo: Topology, cluster: ClusterConfig, gpu: GPUSpec, op: str, size
                                     (0.0,) * groups.shape[0], 0, ())
     ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
     ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
-    return _Prepared(est, plan, groups, ptr, links, np.tile(plan.kernel_Bps, groups.shape[0]))
+    arrays = (ptr, links, np.tile(plan.kernel_Bps, groups.shape[0]), np.unique(links[links < topo.n_links]))
+    for a in arrays:
+        a.flags.writeable = False
+    return _Prepared(est, plan, groups, *arrays)
 
 
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
@@ -276,7 +296,7 @@ def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
     a chain of shared topology links or ``after`` orderings (the others cannot: max-min rates depend only on
     the flows of a connected component)."""
     n = len(preps)
-    own = [np.unique(p.links[p.links < topo.n_links]) for p in preps]
+    own = [p.net_links for p in preps]
     keep = np.isin(np.arange(n), list(focus))
     while True:
         used = np.zeros(topo.n_links, dtype=bool)
@@ -409,7 +429,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
     """
     topo = cached_topology(cluster, gpu)
     groups = _groups_of(group_ranks, concurrent_groups, topo.num_gpus)
-    p = _prepare(topo, cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers, nccl_version, collnet)
+    p = _prepare(cluster, gpu, op, size_bytes, groups, algo, proto, pxn, max_transfers, nccl_version, collnet)
     if isinstance(p, FlowCollectiveResult):
         return p
     res, _, start = _simulate_together(topo, [p], [None])
@@ -459,8 +479,8 @@ def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=N
     after = [None] * n if after is None else list(after)
     if len(after) != n or any(a is not None and not 0 <= a < i for i, a in enumerate(after)):
         raise ConfigError("after", "needs one entry per collective, None or the index of an earlier one", after)
-    preps = [_prepare(topo, cluster, gpu, op, size, _groups_of(groups[0], groups[1:], topo.num_gpus), None, None,
-                      pxn, max_transfers) for op, size, groups in collectives]
+    preps = [_prepare(cluster, gpu, op, size, _groups_of(groups[0], groups[1:], topo.num_gpus), None, None, pxn,
+                      max_transfers) for op, size, groups in collectives]
     out = [p if isinstance(p, FlowCollectiveResult) else None for p in preps]  # single-rank groups: 0 s
     live = [i for i, p in enumerate(preps) if isinstance(p, _Prepared)]
     keep = _connected(topo, [preps[i] for i in live], _reindex(after, live),

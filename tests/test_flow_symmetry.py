@@ -1,0 +1,109 @@
+"""The flow simulation by symmetry (one component per class of identical ones, flowsim.network.symmetry) gives
+the explicit simulation's times: on random transfer sets with copied components, and on whole steps of the
+flow engine."""
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import flowsim
+from flowsim.network import collective_flows
+from flowsim.network.netsim import simulate
+from flowsim.network.symmetry import quotient
+from flowsim.step import flows as step_flows
+
+RTOL = 1e-9
+"""Times agree to the event loop's batching tolerance (netsim's default rtol; flowsim.network.symmetry)."""
+
+
+def _close(a, b):
+    return np.all(np.abs(a - b) <= RTOL * np.maximum(np.abs(b), 1e-300))
+
+
+@st.composite
+def _copied_components(draw):
+    """A random component (paths over its own links, sizes, releases, latencies, dependencies on earlier
+    transfers), ``k`` copies of it with their transfers interleaved and their links shuffled among all, and one
+    more random component; returns the netsim inputs and whether copies keep their transfer order."""
+    n_l = draw(st.integers(1, 5))
+    m = draw(st.integers(1, 6))
+    k = draw(st.integers(2, 4))
+    paths = [draw(st.lists(st.integers(0, n_l - 1), min_size=1, max_size=3, unique=True)) for _ in range(m)]
+    size = draw(st.lists(st.sampled_from([0.0, 1e3, 2e3, 5e3, 1e4]), min_size=m, max_size=m))
+    release = draw(st.lists(st.sampled_from([0.0, 1e-6, 3e-6]), min_size=m, max_size=m))
+    latency = draw(st.lists(st.sampled_from([0.0, 2e-6]), min_size=m, max_size=m))
+    deps = [draw(st.lists(st.integers(0, j - 1), max_size=2, unique=True)) if j else [] for j in range(m)]
+    cap = draw(st.lists(st.sampled_from([1e9, 2e9, 5e9]), min_size=n_l, max_size=n_l))
+    # one more, different component: a single transfer over its own link
+    perm = np.random.default_rng(draw(st.integers(0, 2**16))).permutation(k * n_l + 1)
+    n = k * m + 1
+    tid = lambda c, j: j * k + c  # noqa: E731  transfer j of copy c (copies interleaved, order kept)
+    route = [None] * n
+    dep = [None] * n
+    for c in range(k):
+        for j in range(m):
+            route[tid(c, j)] = [int(perm[c * n_l + li]) for li in paths[j]]
+            dep[tid(c, j)] = [tid(c, d) for d in deps[j]]
+    route[n - 1], dep[n - 1] = [int(perm[k * n_l])], []
+    capacity = np.empty(k * n_l + 1)
+    for c in range(k):
+        capacity[perm[c * n_l:(c + 1) * n_l]] = cap
+    capacity[perm[k * n_l]] = 3e9
+    ptr = np.cumsum([0] + [len(r) for r in route])
+    dep_ptr = np.cumsum([0] + [len(d) for d in dep])
+    tile = lambda v, last: np.array([v[j] for j in range(m) for _ in range(k)] + [last])  # noqa: E731
+    return dict(capacity_Bps=capacity, route_ptr=ptr, route_links=np.concatenate(route).astype(np.int64),
+                size_bytes=tile(size, 7e3), release_s=tile(release, 0.0), latency_s=tile(latency, 1e-6),
+                dep_ptr=dep_ptr, dep_idx=np.array(sum(dep, []), dtype=np.int64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_copied_components())
+def test_quotient_equals_the_explicit_simulation(case):
+    args = dict(case)
+    pos = [args.pop(k) for k in ("capacity_Bps", "route_ptr", "route_links", "size_bytes")]
+    fast, slow = simulate(*pos, **args), simulate(*pos, **args, symmetry=False)
+    assert _close(fast.start_s, slow.start_s) and _close(fast.finish_s, slow.finish_s)
+    assert _close(fast.link_busy_s, slow.link_busy_s)
+    np.testing.assert_array_equal(fast.link_bytes, slow.link_bytes)
+    q = quotient(np.asarray(case["capacity_Bps"]), case["route_ptr"], case["route_links"],
+                 np.asarray(case["size_bytes"], float), np.asarray(case["release_s"], float),
+                 np.asarray(case["latency_s"], float), case["dep_ptr"], case["dep_idx"])
+    assert q is not None and q.n_classes < q.n_components  # the copies were recognised
+
+
+def test_components_that_differ_are_not_merged():
+    # two transfers on two links that differ only in capacity: two classes, nothing to save
+    args = ([1e9, 2e9], [0, 1, 2], np.array([0, 1]), np.array([1e3, 1e3]), np.zeros(2), np.zeros(2),
+            np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert quotient(np.asarray(args[0]), np.asarray(args[1]), *args[2:]) is None
+    res = simulate([1e9, 2e9, 1e9], [0, 1, 2, 3], [0, 1, 2], [1e3, 1e3, 1e3])
+    assert res.finish_s.tolist() == [1e-6, 5e-7, 1e-6]
+
+
+FLOW_CASES = {
+    "gpt3 dp rails": dict(model="gpt3-175b", cluster="dgx-h100", gpus=256, tp=8, pp=4, gbs=128, sp=True,
+                          distributed_optimizer=True),
+    "mixtral ep": dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=64, tp=2, pp=2, ep=4, gbs=64, sp=True,
+                       distributed_optimizer=True),
+}
+
+
+@pytest.mark.parametrize("name", FLOW_CASES)
+def test_flow_step_by_symmetry_equals_the_explicit_one(name, monkeypatch):
+    cfg = flowsim.build_config(**FLOW_CASES[name], comm_engine="flow")
+
+    def run():
+        step_flows._flow.cache_clear()
+        step_flows._together_s.cache_clear()
+        return flowsim.simulate(cfg).to_dict()
+
+    fast = run()
+    monkeypatch.setattr(collective_flows, "simulate", functools.partial(simulate, symmetry=False))
+    slow = run()
+    assert fast["step_time_s"] == pytest.approx(slow["step_time_s"], rel=RTOL)
+    for a, b in zip(fast["stages"], slow["stages"]):
+        for key, value in b.items():
+            if isinstance(value, float):
+                assert a[key] == pytest.approx(value, rel=RTOL, abs=1e-15), key
