@@ -87,17 +87,18 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
             overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
 
 
-def _reduction_parts(t, wl, comms, stage: int) -> list:
+def reduction_parts(t, wl, groups: dict, stage: int) -> list:
     """(group, op, parameters, bytes factor) of a stage's gradient reduction: dense weights over the data- and
     context-parallel ranks (with hybrid sharding reduce-scattered in the shard group, then the shard all-reduced
-    across the replicas), routed experts over the expert-data-parallel ranks; parts on one rank left out."""
+    across the replicas), routed experts over the expert-data-parallel ranks; parts on one rank (``groups``:
+    name -> (ranks, stride), :func:`flowsim.config.layout.group_spans`) left out."""
     zero = zero_level(t)
     op = "reducescatter" if zero >= 1 else "allreduce"
     n_dense, n_expert = wl.stage_params[stage], wl.stage_expert_params[stage]
     parts = ((shard_group(t) if zero >= 1 else "dp", op, n_dense, 1.0),
              ("dpr", "allreduce", n_dense if zero >= 1 else 0.0, 1.0 / t.dp_shard),
              ("edp", op, n_expert, 1.0))
-    return [p for p in parts if p[2] > 0 and comms.groups[p[0]][0] > 1]
+    return [p for p in parts if p[2] > 0 and groups[p[0]][0] > 1]
 
 
 def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
@@ -156,7 +157,7 @@ def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, floa
     (module docstring); all zero with ZeRO-3 (:func:`fsdp_exposed` prices its per-layer collectives)."""
     if zero_level(cfg.training) >= 3:
         return 0.0, 0.0, 0.0
-    parts = _reduction_parts(cfg.training, wl, comms, stage)
+    parts = reduction_parts(cfg.training, wl, comms.groups, stage)
     if not parts:
         return 0.0, 0.0, 0.0
     times, sms, g_times, g_sms = _buckets(cfg, wl, comms, stage, parts)
