@@ -24,6 +24,7 @@ from flowsim.config import SimConfig, build_config
 from flowsim.config.layout import end_chunks, group_spans, microbatches_per_chunk
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import op_times
+from flowsim.kernels.calibration import job_stack
 from flowsim.model.workload import build_workload, model_flops_per_token
 from flowsim.step.blocks import block_runs, block_times, ops_frame, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
@@ -62,6 +63,12 @@ def _pricer(cfg: SimConfig, gpu) -> CollectivePricer:
 
     return CollectivePricer(cfg.cluster, gpu, group_spans(t), override=flow if t.comm_engine == "flow" else None,
                             comm_sms=t.overlap_comm_sms)
+
+
+def _kernel_stack(cfg: SimConfig, gpu):
+    """The software release, power limit and calibrated GEMM multiplier the job's kernels are priced with."""
+    t = cfg.training
+    return job_stack(gpu, t.software_release, cfg.cluster.power_limit_w, t.calibration, t.framework_version)
 
 
 def _block_kinds(cfg, wl, comms, t_ops, spans, runs) -> tuple:
@@ -207,7 +214,7 @@ def simulate(config=None, **overrides) -> Result:
     wl = build_workload(cfg)
     comms = _pricer(cfg, gpu)
     ops, spans = ops_frame(wl)
-    t_ops = op_times(ops, gpu)
+    t_ops = op_times(ops, gpu, stack=_kernel_stack(cfg, gpu))
     ps = _passes(cfg, wl, comms, t_ops, spans)
     run = run_pipeline(ps.program, p2p_exposure=True)
     p = cfg.training.pp
