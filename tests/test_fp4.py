@@ -84,3 +84,15 @@ def test_fp4_on_a_gpu_without_it_is_named(gpu, dtype, message):
 def test_unknown_precision_is_named():
     with pytest.raises(ConfigError, match=r"^precision: must be one of bf16, fp16, fp8, nvfp4, mxfp4 \(got fp4\)$"):
         build_config({**MLPERF_405B, "precision": "fp4"})
+
+
+def test_fp4_weight_copy_memory_known_answer():
+    # Transformer Engine keeps a low-precision copy of every GEMM weight beside the bf16 weights: 1 B per
+    # parameter for FP8, 0.5 + 1/16 B for NVFP4 (4-bit elements, one FP8 scale per 16) -> FP4 saves 7/16 B
+    # per parameter against FP8
+    base = dict(model="llama3-8b", cluster="dgx-b200", gpus=8, tp=1, gbs=64)
+    w = {p: flowsim.simulate(base, precision=p).memory_detail["weights"] for p in ("bf16", "fp8", "nvfp4")}
+    n_params = w["bf16"] / 2
+    assert w["fp8"] - w["bf16"] == pytest.approx(1.0 * n_params)
+    assert w["nvfp4"] - w["bf16"] == pytest.approx((0.5 + 1 / 16) * n_params)
+    assert w["fp8"] - w["nvfp4"] == pytest.approx(7 / 16 * n_params)

@@ -26,11 +26,16 @@ from flowsim.model.fusion import ACT_BYTES, FP32_BYTES
 from flowsim.model.moe import expert_tokens
 from flowsim.model.workload import Workload, padded_vocab
 from flowsim.step.schedule import held_microbatches
+from flowsim.units import DTYPE_BYTES
 
 WEIGHT_BYTES = 2       # 16-bit model weights
 GRAD_BYTES = 4         # fp32 gradient accumulation buffer (Megatron-LM main_grad)
 OPTIMIZER_BYTES = 12   # fp32 master weights + Adam first and second moments
 FP8_WEIGHT_BYTES = 1   # Transformer Engine keeps an FP8 copy of each FP8 GEMM weight
+# Bytes per parameter of the low-precision weight copy the GEMMs read, as Transformer Engine keeps it for FP8
+# (above) and for FP4: 4-bit elements plus their block scales (flowsim.units.DTYPE_BYTES: NVFP4 one FP8 scale per
+# 16 elements, MXFP4 one E8M0 scale per 32, OCP MX spec v1.0 / NVIDIA NVFP4)
+LOW_PRECISION_WEIGHT_BYTES = {"fp8": FP8_WEIGHT_BYTES, "nvfp4": DTYPE_BYTES["nvfp4"], "mxfp4": DTYPE_BYTES["mxfp4"]}
 
 
 @dataclass(frozen=True)
@@ -153,8 +158,8 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
         return per_param * (params / (dp if zero >= stage_from else 1) + experts / (edp if zero >= stage_from else 1))
 
     w = state(WEIGHT_BYTES, 3)
-    if wl.gemm_dtype == "fp8":
-        w += state(FP8_WEIGHT_BYTES, 3)
+    if wl.gemm_dtype in LOW_PRECISION_WEIGHT_BYTES:  # the quantised copy of the weights the GEMMs read
+        w += state(LOW_PRECISION_WEIGHT_BYTES[wl.gemm_dtype], 3)
     if zero >= 3:
         # FSDP gathers one layer's weights at a time and prefetches the next (two full layers)
         w += 2 * WEIGHT_BYTES * (params + experts) / max(int(wl.chunk_layers[stage].sum()), 1)
