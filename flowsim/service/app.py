@@ -185,14 +185,14 @@ def create_app(engine: Engine, limits: Limits = Limits()) -> FastAPI:
         """Model and cluster presets, GPU datasheets, framework releases (their profiles' defaults) and the choices
         of the config's enumerated keys."""
         from flowsim.config import list_presets
-        from flowsim.config.training import SCHEDULES
+        from flowsim.config.training import KERNEL_FUSIONS, PRECISIONS, RECOMPUTE, SCHEDULES
         from flowsim.gpu_specs import gpu_keys
         from flowsim.config.profiles import frameworks, releases
 
         return {"models": list_presets("models"), "clusters": list_presets("clusters"), "gpus": list(gpu_keys()),
                 "frameworks": {f: list(releases(f)) for f in frameworks()},
-                "precisions": ["bf16", "fp16", "fp8"], "recompute": ["none", "selective", "full"],
-                "schedules": list(SCHEDULES), "kernel_fusion": ["fused", "eager"], "job_kinds": list(kinds.KINDS),
+                "precisions": list(PRECISIONS), "recompute": list(RECOMPUTE),
+                "schedules": list(SCHEDULES), "kernel_fusion": list(KERNEL_FUSIONS), "job_kinds": list(kinds.KINDS),
                 "calibrate_available": kinds.calibrate_available(), "measurement_kinds": list(uploads.KINDS)}
 
     @app.post("/v1/estimate", tags=["estimate"])
