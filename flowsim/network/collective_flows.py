@@ -139,6 +139,9 @@ def _groups_of(group_ranks, concurrent_groups, num_gpus: int) -> np.ndarray:
         if concurrent_groups < 1:
             raise ConfigError("concurrent_groups", "must be >= 1 or a list of groups", concurrent_groups)
         groups = first[None, :] + np.arange(concurrent_groups)[:, None]
+    elif isinstance(concurrent_groups, np.ndarray) and concurrent_groups.ndim == 2 and \
+            concurrent_groups.shape[1] == first.size:  # the step engine's groups (flowsim.step.flows)
+        groups = np.concatenate([first[None, :], concurrent_groups.astype(np.int64, copy=False)])
     else:
         try:
             groups = np.asarray([first, *concurrent_groups], dtype=np.int64)

@@ -66,9 +66,18 @@ def stage_groups(cfg: SimConfig, group: str, stage: int = 0) -> list[list[int]]:
     return [[o + b + k * stride for k in range(n)] for b in range(size) if (b // stride) % n == 0]
 
 
+@functools.lru_cache(maxsize=1024)
+def _stage_groups_array(cfg: SimConfig, group: str, stage: int) -> np.ndarray:
+    """:func:`stage_groups` as a read-only int64[n_groups, n_ranks] array, cached (the cross-kind simulations ask
+    for the same groups many times)."""
+    out = np.array(stage_groups(cfg, group, stage), dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
 @functools.lru_cache(maxsize=4096)
 def _flow(cfg: SimConfig, gpu, group: str, op: str, size_bytes: float):
-    groups = stage_groups(cfg, group)
+    groups = _stage_groups_array(cfg, group, 0)
     return run_collective(cfg.cluster, gpu, op, size_bytes, groups[0], concurrent_groups=groups[1:])
 
 
@@ -82,7 +91,7 @@ def _together_s(cfg: SimConfig, gpu, items: tuple, n_chain: int, focus: tuple) -
     """Seconds of each ``focus`` item when all ``items`` run in one simulation, the first ``n_chain`` one
     after another (one stream), the rest from time 0."""
     after = [None] + list(range(n_chain - 1)) + [None] * (len(items) - n_chain)
-    res = run_concurrent(cfg.cluster, gpu, [(op, size, stage_groups(cfg, g, s)) for g, s, op, size in items],
+    res = run_concurrent(cfg.cluster, gpu, [(op, size, _stage_groups_array(cfg, g, s)) for g, s, op, size in items],
                          after=after, focus=focus, max_transfers=CROSS_KIND_MAX_TRANSFERS, utilization=False)
     return tuple(res[i].time_s for i in focus)
 

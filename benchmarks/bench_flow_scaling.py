@@ -1,0 +1,116 @@
+"""Flow-engine step cost against the explicit simulation, and how it grows with the GPU count and pipeline depth.
+
+Run: ``python benchmarks/bench_flow_scaling.py [--repeat N] [--only TEXT] [--reference-max-gpus N]``; prints the
+markdown tables of docs/PERFORMANCE.md ("Flow engine by symmetry") with the machine and its load.
+
+Each case runs in its own process (so its peak memory is the process's max RSS): one ``flowsim.simulate`` to
+build the topology and load the compiled kernels, then ``N`` re-runs of every collective (the step engine's
+flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of the reference: the same code
+with the explicit simulation (``netsim.simulate(symmetry=False)``) and the prepared-collective cache cleared
+before each run, i.e. the flow engine before issue 22. Figures are min / median seconds over the repeats and
+the ratio of the medians, measured in one process back to back, so a loaded machine inflates both sides
+alike. Cases above ``--reference-max-gpus`` GPUs (default 16,384) run without the reference (its cost there is
+minutes). The step times of both paths are printed; they agree to the event loop's tolerance
+(tests/test_flow_symmetry.py).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+GPT3 = dict(model="gpt3-175b", cluster="dgx-h100", tp=8, sp=True, distributed_optimizer=True)
+HEADLINE = {
+    "gpt3-175b, 1,024 H100, TP8 PP8 DP16": dict(GPT3, gpus=1024, pp=8, gbs=1536),
+    "llama3.1-405b, 16,384 H100, TP8 PP16 DP128, seq 8192": dict(
+        model="llama3.1-405b", cluster="dgx-h100", gpus=16384, tp=8, pp=16, gbs=2048, seq=8192, sp=True,
+        distributed_optimizer=True, pipeline_layer_split="balanced", switch_radix=128),
+    "deepseek-v3, 2,048 H800, PP16 EP64 DP128": dict(
+        model="deepseek-v3", cluster="hgx-h800", gpus=2048, pp=16, ep=64, gbs=15360, distributed_optimizer=True,
+        precision="fp8", pipeline_layer_split="balanced", switch_radix=128),
+}
+GPUS = {f"gpt3-175b, {64 * dp:,} H100, TP8 PP8 DP{dp}": dict(GPT3, gpus=64 * dp, pp=8, gbs=96 * dp)
+        for dp in (1, 4, 16, 64, 256, 1024)}
+PP = {f"gpt3-175b, 1,024 H100, TP8 PP{pp} DP{128 // pp}": dict(GPT3, gpus=1024, pp=pp, gbs=1536)
+      for pp in (2, 4, 8, 16, 32)}
+TABLES = (("Headline cases", HEADLINE), ("Cost vs GPUs (GPT-3 175B, TP8 PP8)", GPUS),
+          ("Cost vs pipeline depth (GPT-3 175B, 1,024 H100, TP8)", PP))
+
+
+def _rerun(cfg, reference: bool) -> tuple:
+    """Seconds of one re-run of every collective of ``cfg``, and its step time."""
+    import flowsim
+    from flowsim.network import collective_flows, netsim
+    from flowsim.step import flows as step_flows
+
+    step_flows._flow.cache_clear()
+    step_flows._together_s.cache_clear()
+    if reference:
+        collective_flows._prepare_cached.cache_clear()
+    collective_flows.simulate = functools.partial(netsim.simulate, symmetry=not reference)
+    t0 = time.perf_counter()
+    r = flowsim.simulate(cfg)
+    return time.perf_counter() - t0, r.step_time_s
+
+
+def _one(name: str, repeat: int, reference: bool) -> dict:
+    """Measure one case in this process (see the module docstring)."""
+    import flowsim
+
+    kw = {**HEADLINE, **GPUS, **PP}[name]
+    cfg = flowsim.build_config(**kw, comm_engine="flow")
+    t0 = time.perf_counter()
+    flowsim.simulate(cfg)
+    first = time.perf_counter() - t0
+    fast, ref, steps = [], [], set()
+    for i in range(repeat):
+        order = (False, True) if i % 2 == 0 else (True, False)
+        for is_ref in order if reference else (False,):
+            s, step = _rerun(cfg, is_ref)
+            (ref if is_ref else fast).append(s)
+            steps.add((is_ref, step))
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"name": name, "gpus": kw["gpus"], "first_s": first, "fast_s": fast, "ref_s": ref,
+            "steps": sorted(steps), "max_rss_mb": rss_mb}
+
+
+def _fmt(xs: list) -> str:
+    return f"{min(xs):.3f} / {statistics.median(xs):.3f}" if xs else "-"
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    repeat = int(args[args.index("--repeat") + 1]) if "--repeat" in args else 3
+    if "--case" in args:
+        name = args[args.index("--case") + 1]
+        print(json.dumps(_one(name, repeat, "--reference" in args)))
+        return
+    only = args[args.index("--only") + 1] if "--only" in args else ""
+    ref_max = int(args[args.index("--reference-max-gpus") + 1]) if "--reference-max-gpus" in args else 16384
+    print(f"machine: {platform.machine()} {platform.processor() or 'cpu'}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}; load average before: {os.getloadavg()}")
+    for title, cases in TABLES:
+        print(f"\n{title}\n\n| case | first s | re-run s, min / median | reference s, min / median | "
+              f"reference / re-run (medians) | step s | max RSS MB |\n|---|---|---|---|---|---|---|")
+        for name, kw in cases.items():
+            if only not in name:
+                continue
+            cmd = [sys.executable, __file__, "--case", name, "--repeat", str(repeat)]
+            cmd += ["--reference"] if kw["gpus"] <= ref_max else []
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            ratio = (f"{statistics.median(out['ref_s']) / statistics.median(out['fast_s']):.1f}x"
+                     if out["ref_s"] else "-")
+            step = " / ".join(f"{s:.6f}" for s in sorted({s for _, s in out["steps"]}))
+            print(f"| {name} | {out['first_s']:.2f} | {_fmt(out['fast_s'])} | {_fmt(out['ref_s'])} | {ratio} | "
+                  f"{step} | {out['max_rss_mb']:.0f} |", flush=True)
+    print(f"\nload average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
