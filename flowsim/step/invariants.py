@@ -5,8 +5,9 @@ one-line message names the broken invariant and the config that produced it, ins
 being printed. Checked (``Result`` conventions, :mod:`flowsim.step.result`):
 
 * step time, tokens/s, FLOPs and memory are finite; the step time is > 0;
-* ``0 < mfu <= hfu <= 1``: hardware FLOPs include recompute, so they are never below the model FLOPs, and no
-  GPU runs above its dense peak. With token-drop routing (``moe_expert_capacity_factor`` > 0) the model FLOPs
+* ``0 < mfu <= hfu <= r``: hardware FLOPs include recompute, so they are never below the model FLOPs, and no
+  GPU runs above its dense peak: ``r`` = 1 for 16-bit GEMMs, the FP8 (FP4) peak over the 16-bit one for FP8
+  (FP4) GEMMs, since MFU divides by the 16-bit peak (:func:`gemm_peak_ratio`). With token-drop routing (``moe_expert_capacity_factor`` > 0) the model FLOPs
   count every routed token, dropped or not (Megatron-LM's ``num_floating_point_operations``), so there only
   ``mfu <= 1`` and ``hfu <= 1`` are checked;
 * every stage component (compute, exposed communication, bubble, optimizer) is finite, >= 0 and not longer
@@ -49,6 +50,22 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+LOW_PRECISION_PEAK = {"fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
+"""Precision of the GEMMs -> the datasheet peak they run against (bf16 and fp16 GEMMs: the MFU peak itself)."""
+
+
+def gemm_peak_ratio(result) -> float:
+    """Largest MFU/HFU a step can reach: the GEMMs' dense peak over the 16-bit peak MFU divides by (1 for
+    bf16/fp16; FP8 and FP4 GEMMs run at up to 2x and 4x the FLOP rate, so their MFU may exceed 1)."""
+    from flowsim.gpu_specs import get_gpu
+
+    precision = result.config.get("training", {}).get("precision", "bf16")
+    if precision not in LOW_PRECISION_PEAK:
+        return 1.0
+    gpu = get_gpu(result.config["cluster"]["gpu"])
+    return max(1.0, gpu.peak(LOW_PRECISION_PEAK[precision]) / result.peak_flop_per_s)
+
+
 def violations(result) -> list[str]:
     """Every invariant ``result`` (a :class:`flowsim.Result`) breaks, as short texts; empty when all hold."""
     out = []
@@ -61,9 +78,10 @@ def violations(result) -> list[str]:
             out.append(f"{name} must be finite and >= 0 (got {v})")
     mfu, hfu = result.mfu, result.hfu
     drops = bool(result.config.get("model", {}).get("moe_expert_capacity_factor"))
-    if not (_finite(mfu) and _finite(hfu) and 0 < mfu <= 1 + RTOL and 0 < hfu <= 1 + RTOL
+    top = gemm_peak_ratio(result)
+    if not (_finite(mfu) and _finite(hfu) and 0 < mfu <= top * (1 + RTOL) and 0 < hfu <= top * (1 + RTOL)
             and (drops or mfu <= hfu * (1 + RTOL))):
-        out.append(f"0 < MFU <= HFU <= 1 must hold (got MFU {mfu:.4g}, HFU {hfu:.4g})")
+        out.append(f"0 < MFU <= HFU <= {top:.3g} must hold (got MFU {mfu:.4g}, HFU {hfu:.4g})")
     limit = step * (1 + RTOL)
     for s in result.stages:
         for name in COMPONENTS:
