@@ -104,6 +104,10 @@ def read_aicb_log(path: str | Path, min_bytes: int = MIN_BYTES) -> tuple[pd.Data
     missing = [c for c in REQUIRED if rows and c not in rows[0]]
     if not rows or missing:
         raise ConfigError("aicb log", f"{path.name} lacks the columns {', '.join(missing or REQUIRED)}")
+    for line, r in enumerate(rows, start=2):
+        if any(r.get(c) is None for c in REQUIRED):
+            raise ConfigError(f"{path.name} line {line}", "has fewer fields than the header",
+                              ",".join(v for v in r.values() if isinstance(v, str)))
     sizes = {}
     for r in rows:
         if r["comm_group_size"].isdigit():
