@@ -271,3 +271,40 @@ def test_megatron_args_with_the_flex_dispatcher(tmp_path):
         ("flex", "deepep", 24)
     hybrid = _megatron(tmp_path, moe + " --moe-flex-dispatcher-backend hybridep").config["training"]
     assert hybrid["moe_flex_dispatcher_backend"] == "hybridep"
+
+
+def test_shared_expert_overlap_hides_the_dispatch():
+    from flowsim.errors import ConfigError
+    from flowsim.step.blocks import block_times
+    from flowsim.step.overlap import overlapped_s
+    from flowsim.step.pricer import CollectivePricer
+    from flowsim.config.layout import group_spans as spans
+    from flowsim.gpu_specs import get_gpu
+    from flowsim.kernels import op_times
+
+    kw = dict(V3, gpus=16, ep=16, gbs=16)
+    plain, over = build_config(**kw), build_config(**kw, moe_shared_expert_overlap=True)
+    gpu = get_gpu("h100-sxm")
+
+    def ep_and_shared(cfg):
+        blk = build_workload(cfg).moe_layer
+        t = op_times(blk.compute, gpu)
+        shared = float((t * blk.compute["count"])[blk.compute["name"].str.startswith("shared_")
+                                                  & (blk.compute["phase"] == "fwd")].sum())
+        pricer = CollectivePricer(cfg.cluster, gpu, spans(cfg.training))
+        return block_times(blk, t, pricer, False, 1)["ep_fwd"], shared, pricer
+
+    ep_plain, shared, pricer = ep_and_shared(plain)
+    ep_over, _, _ = ep_and_shared(over)
+    sms = max(pricer.ctas(c.group, c.op, c.size_bytes) for c in build_workload(over).moe_layer.comms)
+    # the all-to-alls run beside the shared experts: exposed is what the pair lasts beyond the shared experts
+    assert ep_over == pytest.approx(overlapped_s(shared, ep_plain, sms, gpu.sm_count) - shared)
+    assert 0 < ep_over < ep_plain
+    assert flowsim.simulate(over).step_time_s < flowsim.simulate(plain).step_time_s
+    for extra, message in [(dict(model="mixtral-8x7b", ep=8, moe_router_num_groups=0, moe_router_group_topk=0),
+                            "moe_shared_expert_overlap: needs shared experts"),
+                           (dict(moe_token_dispatcher_type="allgather"),
+                            "moe_shared_expert_overlap: needs moe_token_dispatcher_type alltoall or flex")]:
+        with pytest.raises(ConfigError) as e:
+            build_config(**{**kw, **extra, "moe_shared_expert_overlap": True})
+        assert str(e.value).startswith(message)

@@ -132,6 +132,12 @@ class SimConfig:
             if m.moe_ffn_hidden_size % etp:
                 raise ConfigError("moe_ffn_hidden_size", "must be divisible by expert_tensor_parallel_size",
                                   f"{m.moe_ffn_hidden_size} and {etp}")
+        if t.moe_shared_expert_overlap and not m.moe_shared_expert_intermediate_size:
+            raise ConfigError("moe_shared_expert_overlap", "needs shared experts "
+                              "(moe_shared_expert_intermediate_size > 0)", m.moe_shared_expert_intermediate_size)
+        if t.moe_shared_expert_overlap and t.moe_token_dispatcher_type == "allgather":
+            raise ConfigError("moe_shared_expert_overlap", "needs moe_token_dispatcher_type alltoall or flex",
+                              t.moe_token_dispatcher_type)
         if t.selective_ac_option == "op" and (m.is_moe or m.multi_latent_attention):
             raise ConfigError("selective_ac_option", "op is modelled for dense models with standard attention only "
                               "(torchtitan's MoE and MLA blocks run other ops)", "op")

@@ -129,6 +129,10 @@ class TrainingConfig:
         (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
         tokens of its expert-tensor x expert-parallel group, runs its experts on those routed to them, and
         reduce-scatters the outputs back). See :mod:`flowsim.model.moe`.
+    moe_shared_expert_overlap : bool
+        Run the shared experts beside the token dispatcher's collectives (Megatron-LM
+        ``--moe-shared-expert-overlap``): they hide behind each other, the shared experts' kernels slowed by the
+        SMs the collectives hold (:mod:`flowsim.step.blocks`). Needs shared experts and ``alltoall`` or ``flex``.
     moe_flex_dispatcher_backend : str
         Backend of the ``flex`` dispatcher (Megatron-LM ``--moe-flex-dispatcher-backend``): ``deepep`` (DeepEP,
         arXiv 2412.19437 sec. 3.2.2) or ``hybridep`` (NVIDIA HybridEP); both send each token once per remote
@@ -213,6 +217,7 @@ class TrainingConfig:
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     moe_token_dispatcher_type: str = "alltoall"
+    moe_shared_expert_overlap: bool = False
     moe_flex_dispatcher_backend: str = "deepep"
     moe_deepep_num_sms: int = 20
     moe_flex_nvlink_ranks: int = 0

@@ -251,7 +251,8 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
             # dispatch and back before the combine (Megatron-LM MoEAlltoAllTokenDispatcher sort_chunks_by_idxs)
             rows.append(memory("sort_chunks" + (".bwd" if ph == "bwd" else ""),
                                2 * 2 * local * per_expert * h * ACT_BYTES, ph))
-        comms.extend(comm(group, op, size, ph) for group, op, size in dispatch)
+        overlap = "shared_expert" if t.moe_shared_expert_overlap else "none"  # beside the shared experts
+        comms.extend(comm(group, op, size, ph, overlap) for group, op, size in dispatch)
 
     def grouped(name, mm, nn, kk, phase):
         row = gemm(name, mm, nn, kk, dt, phase)

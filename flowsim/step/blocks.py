@@ -9,7 +9,8 @@ its parallel dimensions imply, priced by the step's :class:`flowsim.step.pricer.
   GEMMs on ``TP_OVERLAP_SMS`` SMs;
 * context-parallel transfers run beside the attention kernels (ring attention), except blocking ones;
 * expert all-to-alls (and the ETP / all-gather dispatcher collectives) sit between the router and the experts
-  and are exposed.
+  and are exposed, except those marked ``overlap == "shared_expert"`` (``moe_shared_expert_overlap``), which run
+  beside the shared experts' kernels.
 
 Overlapped communication slows the compute beside it by the SM-sharing rule (:mod:`flowsim.step.overlap`).
 
@@ -50,13 +51,15 @@ def ops_frame(wl) -> tuple[pd.DataFrame, dict]:
 
 def _compute_parts(opset, t_ops: np.ndarray) -> dict:
     """Seconds of one micro-batch's compute per phase: all of it, and its weight-gradient GEMMs, GEMMs,
-    input-gradient GEMMs and attention kernels (the parts communication can hide behind)."""
+    input-gradient GEMMs, attention kernels and shared-expert kernels (the parts communication can hide
+    behind)."""
     c = opset.compute
     per = t_ops * c["count"].to_numpy()
     phase, kind, names = c["phase"].to_numpy(), c["kind"].to_numpy(), c["name"]
     masks = {"wgrad": np.array([n.endswith(".wgrad") for n in names], dtype=bool), "gemm": kind == "gemm",
              "dgrad": np.array([n.endswith(".dgrad") for n in names], dtype=bool),
-             "attn": (kind == "attn_fwd") | (kind == "attn_bwd")}
+             "attn": (kind == "attn_fwd") | (kind == "attn_bwd"),
+             "shared": np.array([n.startswith("shared_") for n in names], dtype=bool)}
     out = {}
     for ph in PHASES:
         sel = phase == ph
@@ -67,8 +70,8 @@ def _compute_parts(opset, t_ops: np.ndarray) -> dict:
 def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
     """Seconds of one micro-batch's collectives in ``phase`` by how they overlap, and the SMs the overlapped
     ones hold; ``count`` (block runs per step) only feeds the report's calls per step."""
-    out = dict.fromkeys(("tp_blocking", "tp_dgrad", "cp_total", "cp_blocking", "ep_total"), 0.0)
-    out["dgrad_sms"] = out["cp_sms"] = 0
+    out = dict.fromkeys(("tp_blocking", "tp_dgrad", "cp_total", "cp_blocking", "ep_total", "ep_shared"), 0.0)
+    out["dgrad_sms"] = out["cp_sms"] = out["ep_sms"] = 0
     for r in opset.comms:
         if r.phase != phase:
             continue
@@ -78,6 +81,9 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
         elif r.group == "cp":
             out["cp_total"] += dt
             out["cp_sms"] = max(out["cp_sms"], comms.ctas(r.group, r.op, r.size_bytes))
+        elif r.group in EXPERT_GROUPS and r.overlap == "shared_expert":
+            out["ep_shared"] += dt
+            out["ep_sms"] = max(out["ep_sms"], comms.ctas(r.group, r.op, r.size_bytes))
         elif r.group in EXPERT_GROUPS:
             out["ep_total"] += dt
         elif r.overlap == "dgrad":
@@ -107,9 +113,9 @@ def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overl
             tp = m["tp_blocking"] + overlapped_s(c["dgrad"], m["tp_dgrad"], m["dgrad_sms"], sm) - c["dgrad"]
         out[f"tp_{ph}"] = tp
         out[f"cp_{ph}"] = m["cp_blocking"] + overlapped_s(c["attn"], m["cp_total"], m["cp_sms"], sm) - c["attn"]
-        out[f"ep_{ph}"] = m["ep_total"]
+        out[f"ep_{ph}"] = m["ep_total"] + overlapped_s(c["shared"], m["ep_shared"], m["ep_sms"], sm) - c["shared"]
         if host_s is not None:  # the GPU's waits for the CPU, in steady state
-            g = c["all"] + tp + out[f"cp_{ph}"] + m["ep_total"]
+            g = c["all"] + tp + out[f"cp_{ph}"] + out[f"ep_{ph}"]
             out[f"compute_{ph}"] += float(steady_run_s(g, host_s[phase == ph].sum())) - g
     return out
 
