@@ -70,6 +70,7 @@ _FLAG = {  # Megatron store_true dest -> (section, flowsim key, value when given
     "account_for_embedding_in_pipeline_split": ("training", "account_for_embedding_in_pipeline_split", True),
     "account_for_loss_in_pipeline_split": ("training", "account_for_loss_in_pipeline_split", True),
     "overlap_moe_expert_parallel_comm": ("training", "overlap_moe_expert_parallel_comm", True),
+    "moe_shared_expert_overlap": ("training", "moe_shared_expert_overlap", True),
     "use_flash_attn": ("training", "use_flash_attn", True),
 }
 _TRAINING_OFF = ("sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
