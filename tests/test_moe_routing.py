@@ -277,9 +277,8 @@ def test_shared_expert_overlap_hides_the_dispatch():
     from flowsim.errors import ConfigError
     from flowsim.step.blocks import block_times
     from flowsim.step.overlap import overlapped_s
-    from flowsim.step.pricer import CollectivePricer
-    from flowsim.config.layout import group_spans as spans
     from flowsim.gpu_specs import get_gpu
+    from flowsim.step.pricer import CollectivePricer
     from flowsim.kernels import op_times
 
     kw = dict(V3, gpus=16, ep=16, gbs=16)
@@ -291,7 +290,7 @@ def test_shared_expert_overlap_hides_the_dispatch():
         t = op_times(blk.compute, gpu)
         shared = float((t * blk.compute["count"])[blk.compute["name"].str.startswith("shared_")
                                                   & (blk.compute["phase"] == "fwd")].sum())
-        pricer = CollectivePricer(cfg.cluster, gpu, spans(cfg.training))
+        pricer = CollectivePricer(cfg.cluster, gpu, group_spans(cfg.training))
         return block_times(blk, t, pricer, False, 1)["ep_fwd"], shared, pricer
 
     ep_plain, shared, pricer = ep_and_shared(plain)
