@@ -40,7 +40,7 @@ from flowsim.kernels.gemm import (
     tiles_for,
 )
 from flowsim.kernels.memory import memory_latency_reference, memory_latency_s, memory_reference, stream_efficiency
-from flowsim.kernels.ops import validate_ops
+from flowsim.kernels.ops import SHAPE_COLUMNS, validate_ops
 from flowsim.kernels.power import clock_fraction
 from flowsim.kernels.reference import Reference, warn_if_scaled
 from flowsim.kernels.stack import DEFAULT_STACK, KernelStack
@@ -52,7 +52,7 @@ from flowsim.units import DTYPE_BYTES
 KERNEL_MIN_TIME_S = 0.896e-6
 
 def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
-             stack: KernelStack | None = None) -> np.ndarray:
+             stack: KernelStack | None = None, *, trusted: bool = False) -> np.ndarray:
     """Seconds for one launch of each op in an op table, vectorised.
 
     Parameters
@@ -67,6 +67,11 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
     stack : KernelStack, optional
         Software release, power limit and calibrated GEMM multiplier of the job; default
         :data:`~flowsim.kernels.stack.DEFAULT_STACK`.
+    trusted : bool, optional
+        The table was built by flowsim from a workload (:func:`flowsim.step.blocks.ops_frame`: every column
+        present, of the schema's dtype, values valid), so the op-table checks are skipped (``simulate`` of the
+        README example about 1.2x faster, docs/PERFORMANCE.md; tests/test_fast_path.py compares both ways).
+        Never for a user's table.
 
     Returns
     -------
@@ -84,7 +89,7 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
         When ``gpu`` comes from a user spec file and is priced from another GPU's measurements, or when the
         stack's release has no GEMM measurement of its own and the nearest older (newer) one is used.
     """
-    return _price(ops, gpu, attention_impl, stack)["time_s"]
+    return _price(ops, gpu, attention_impl, stack, trusted)["time_s"]
 
 
 def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
@@ -123,7 +128,20 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
     return df[["time_s", "compute_s", "memory_s", "latency_s", "bound", "flops", "bytes", "achieved_flop_per_s"]]
 
 
-def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str, stack: KernelStack | None) -> dict:
+def _trusted_columns(ops: pd.DataFrame) -> dict:
+    """:func:`~flowsim.kernels.ops.validate_ops`'s output for a table flowsim built (``op_times(trusted=True)``),
+    read without its checks."""
+    out = {c: ops[c].to_numpy(dtype=object) for c in ("kind", "dtype")}
+    out.update({c: ops[c].to_numpy(dtype=np.int64) for c in SHAPE_COLUMNS})
+    out.update(causal=ops["causal"].to_numpy(dtype=bool), flops=ops["flops"].to_numpy(dtype=np.float64),
+               bytes=ops["bytes"].to_numpy(dtype=np.float64))
+    out["batch"] = np.where(out["batch"] == 0, 1, out["batch"])
+    out["kv_heads"] = np.where(out["kv_heads"] == 0, out["heads"], out["kv_heads"])
+    return out
+
+
+def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str, stack: KernelStack | None,
+           trusted: bool = False) -> dict:
     """Roofline terms of every op: dict of float64 arrays time_s, compute_s, memory_s, latency_s, flops, bytes."""
     stack = DEFAULT_STACK if stack is None else stack
     if not isinstance(stack, KernelStack):
@@ -132,7 +150,7 @@ def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str, stack: KernelSt
         raise ConfigError("attention_impl", f"must be one of {', '.join(attn.IMPLS)}", attention_impl)
     if attention_impl == "fa3" and gpu.arch != "hopper":
         raise ConfigError("attention_impl", "FlashAttention-3 runs on Hopper GPUs only", f"fa3 on {gpu.key}")
-    a = validate_ops(ops)
+    a = _trusted_columns(ops) if trusted else validate_ops(ops)
     kind = a["kind"]
     terms_cols = ("compute_s", "memory_s", "latency_s", "flops", "bytes")
     out = {c: np.zeros(len(kind)) for c in terms_cols}

@@ -214,7 +214,7 @@ def simulate(config=None, **overrides) -> Result:
     wl = build_workload(cfg)
     comms = _pricer(cfg, gpu)
     ops, spans = ops_frame(wl)
-    t_ops = op_times(ops, gpu, stack=_kernel_stack(cfg, gpu))
+    t_ops = op_times(ops, gpu, stack=_kernel_stack(cfg, gpu), trusted=True)  # ops_frame's own table
     ps = _passes(cfg, wl, comms, t_ops, spans)
     run = run_pipeline(ps.program, p2p_exposure=True)
     p = cfg.training.pp
