@@ -114,6 +114,7 @@ def _ep_call(result):
     return next(x for x in result.collectives if x.group == "ep" and x.op == "alltoall")
 
 
+@pytest.mark.filterwarnings("ignore::flowsim.errors.FlowsimWarning")  # NeMo 24.07's GEMM tables: a newer release's
 def test_release_places_expert_groups():
     from flowsim.gpu_specs import get_gpu
     from flowsim.network.comm_layout import group_layout
