@@ -125,6 +125,11 @@ def profile_path(name: str) -> Path:
     return DEFAULT_PROFILE if str(name).strip().lower() == "default" else Path(name)
 
 
+def calibration_on(name: str) -> bool:
+    """Whether the config value ``calibration`` names a profile (``none`` and empty mean no calibration)."""
+    return bool(name) and str(name).strip().lower() != "none"
+
+
 def load_profile(name: str) -> Profile:
     """Read and check a profile file (``default`` = the shipped profile).
 
@@ -216,7 +221,7 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     power_limit_w : float
         Config ``power_limit_w`` in W (0 = the GPU's own).
     calibration : str
-        Config ``calibration``: a profile path, ``default``, or ``""`` (none).
+        Config ``calibration``: a profile path, ``default``, or ``none`` / ``""`` (none).
     framework_version : str
         Config ``framework_version`` (:mod:`flowsim.config.profiles`).
 
@@ -229,6 +234,6 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     if not software_release and framework_version.strip().lower() in releases().index:
         software_release = framework_version
     scale = 1.0
-    if calibration and software_release:
+    if calibration_on(calibration) and software_release:
         scale = load_profile(calibration).value("gemm_fraction", gpu.arch, release(software_release).family)
     return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale)

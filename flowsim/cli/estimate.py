@@ -141,7 +141,8 @@ def _where_report(w: dict, step_s: float) -> str:
 @click.option("--zero-stage", type=click.IntRange(0, 3), help="ZeRO stage (3 = FSDP full shard).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "nvfp4", "mxfp4"]), help="GEMM precision.")
 @click.option("--calibration", metavar="PROFILE",
-              help="Calibration profile applied to the kernel pricing (`flowsim calibrate`; `default` = shipped).")
+              help="Calibration profile of the kernel pricing: `default` (the shipped one, the default), a file from "
+                   "`flowsim calibrate`, or `none`.")
 @click.option("--schedule", type=click.Choice(list(SCHEDULES)), help="Pipeline schedule.")
 @click.option("--comm-engine", type=click.Choice(["analytic", "flow"]),
               help="analytic: NCCL's model per communicator; flow: DP/EP/CP/PP collectives as flows on the "

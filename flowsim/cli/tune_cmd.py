@@ -89,7 +89,8 @@ def report(res, top: int) -> str:
 @click.option("--seq", type=POS_INT, help="Sequence length (tokens).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8", "nvfp4", "mxfp4"]), help="GEMM precision.")
 @click.option("--calibration", metavar="PROFILE",
-              help="Calibration profile applied to the kernel pricing (`flowsim calibrate`; `default` = shipped).")
+              help="Calibration profile of the kernel pricing: `default` (the shipped one, the default), a file from "
+                   "`flowsim calibrate`, or `none`.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other non-layout config key.")
 @click.option("--tp", multiple=True, type=POS_INT, help="Only these TP sizes (repeatable).")
 @click.option("--pp", multiple=True, type=POS_INT, help="Only these PP sizes (repeatable).")

@@ -126,7 +126,8 @@ def _render(report: ValidationReport) -> str:
                    "that holds RUNS_CSV (its grandparent: data/curated/runs.csv -> data); same as "
                    "`flowsim report REPORT --data-dir DATA`.")
 @click.option("--calibration", metavar="PROFILE",
-              help="Apply a calibration profile (from `flowsim calibrate`, or `default` for the shipped one).")
+              help="Calibration profile: `default` (the shipped one, the default), a file from `flowsim calibrate`, "
+                   "or `none` (what the rows give without it).")
 @click.option("--calibrate-on", "calibrate_on", metavar="K[,K...]",
               help="Transfer check instead of the row table: for each k, fit k runs of every cluster (source x "
                    "GPU generation x software family) and report the error of its other runs per source, "

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from flowsim.config.layout import PIPELINE_SCHEDULES
 from flowsim.config import bounds
 from flowsim.errors import ConfigError, check_ints
-from flowsim.kernels.calibration import load_profile
+from flowsim.kernels.calibration import calibration_on, load_profile
 from flowsim.kernels.stack import release as kernel_release
 
 RECOMPUTE = ("none", "selective", "full")
@@ -172,8 +172,10 @@ class TrainingConfig:
         the newest kernel measurements. A release without its own GEMM measurement uses the nearest older one,
         with a warning.
     calibration : str
-        Calibration profile applied to the kernel pricing (:mod:`flowsim.kernels.calibration`): a YAML file
-        written by ``flowsim calibrate``, ``default`` for the shipped one, or empty (default) for none.
+        Calibration profile applied to the kernel pricing (:mod:`flowsim.kernels.calibration`): ``default``
+        (default: the shipped profile, fitted on the public runs by ``flowsim calibrate``, docs/CALIBRATION.md; it
+        only acts on jobs whose software release is known, through ``software_release`` or ``framework_version``),
+        a YAML file written by ``flowsim calibrate``, or ``none`` (or empty) for none.
     grad_reduce_dtype : str
         Dtype of the data-parallel gradient reduction: ``fp32`` (default; Megatron-LM with bf16), ``bf16``,
         ``fp16``.
@@ -232,7 +234,7 @@ class TrainingConfig:
     cuda_graphs: str = "none"
     host_overhead: str = "none"
     software_release: str = ""
-    calibration: str = ""
+    calibration: str = "default"
 
     @property
     def tp(self) -> int:
@@ -355,7 +357,7 @@ class TrainingConfig:
             raise ConfigError("kernel_fusion", f"must be one of {', '.join(KERNEL_FUSIONS)}", self.kernel_fusion)
         if self.software_release:
             kernel_release(self.software_release)  # ConfigError naming software_release if unknown
-        if self.calibration:
+        if calibration_on(self.calibration):
             load_profile(self.calibration)  # ConfigError naming the profile field that is wrong
         if self.moe_token_dispatcher_type not in TOKEN_DISPATCHERS:
             raise ConfigError("moe_token_dispatcher_type", f"must be one of {', '.join(TOKEN_DISPATCHERS)}",
