@@ -114,7 +114,7 @@ def _partial(text: str, path: Path, err: json.JSONDecodeError) -> tuple[dict, li
             break
         try:
             event, i = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return meta, events, True
         events.append(event)
     return meta, events, True  # the list closed: the damage is after it, in the metadata
@@ -143,6 +143,8 @@ def read_events(path: str | Path) -> TraceEvents:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         meta, raw_events, truncated = _partial(text, path, err)
+    except RecursionError:
+        raise ConfigError("trace", f"{path.name} is not a Kineto trace (JSON nested too deeply)") from None
     else:
         if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
             raise ConfigError("trace", f"{path.name} is not a Kineto trace (no traceEvents list)")

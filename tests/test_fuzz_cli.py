@@ -3,7 +3,8 @@
 Each case must end with exit 0 (and, for ``--json``, finite figures) or exit 2 with a last line
 ``Error: <field>: <rule>``; never a traceback (exit 1) or any other exception. Per CI run: 150 generated
 ``estimate`` argument lists, 40 ``topo`` / ``kernels predict`` argument lists, 20 generated files for each of
-7 readers (140) and 10 cut or damaged Kineto traces: 340 cases. ``FLOWSIM_FUZZ_CLI_SCALE`` multiplies them for a longer local run.
+7 readers (140) and 10 cut or damaged Kineto traces: 340 cases, derandomized. ``FLOWSIM_FUZZ_CLI_SCALE``
+multiplies them and ``FLOWSIM_FUZZ_SEED`` draws other cases, for a longer local run (docs/RELIABILITY.md).
 """
 from __future__ import annotations
 
@@ -15,18 +16,21 @@ import os
 from pathlib import Path
 
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from flowsim.cli import main
 
 SCALE = float(os.environ.get("FLOWSIM_FUZZ_CLI_SCALE", "1"))
+SEED = os.environ.get("FLOWSIM_FUZZ_SEED")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def _settings(n: int):
-    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+    """Hypothesis settings for ``n`` cases (times the scale), derandomized unless a seed is given."""
+    s = settings(max_examples=max(1, int(n * SCALE)), deadline=None, derandomize=SEED is None, database=None,
+                 suppress_health_check=list(HealthCheck))
+    return (lambda f: seed(int(SEED))(s(f))) if SEED else s
 
 
 def check_cli(args: list[str]):

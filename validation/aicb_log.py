@@ -105,7 +105,7 @@ def read_aicb_log(path: str | Path, min_bytes: int = MIN_BYTES) -> tuple[pd.Data
     if not rows or missing:
         raise ConfigError("aicb log", f"{path.name} lacks the columns {', '.join(missing or REQUIRED)}")
     for line, r in enumerate(rows, start=2):
-        if any(r.get(c) is None for c in REQUIRED):
+        if any(v is None for k, v in r.items() if k is not None):  # a short row: DictReader fills None
             raise ConfigError(f"{path.name} line {line}", "has fewer fields than the header",
                               ",".join(v for v in r.values() if isinstance(v, str)))
     sizes = {}
