@@ -323,3 +323,15 @@ def test_unwritable_output_paths_fail_before_the_simulation():
     base = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8"]
     assert _one_line_error(_run(*base, "--chakra", "/proc/nope")).startswith("Error: --chakra: cannot be written")
     assert _one_line_error(_run(*base, "--trace", "/proc/nope.json")).startswith("Error: --trace: cannot be")
+
+
+def test_short_aicb_row_and_deep_json_trace_are_one_line_errors(tmp_path, shared_data):
+    header = (shared_data / "simai" / "aicb_A100_example.csv").read_text().splitlines()[0]
+    log = tmp_path / "aicb.csv"
+    log.write_text(header + "\nC\n")
+    line = _one_line_error(_run("simai", "aicb-log", "--cluster", "dgx-a100", "--tp", "1", str(log)))
+    assert line == "Error: aicb.csv line 2: has fewer fields than the header (got C)"
+    trace = tmp_path / "deep.json"
+    trace.write_text("[" * 100000)
+    line = _one_line_error(_run("validate-trace", str(trace), "--cluster", "dgx-a100"))
+    assert line == "Error: trace: deep.json is not a Kineto trace (JSON nested too deeply)"
