@@ -9,7 +9,8 @@ flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of t
 with the explicit simulation (``netsim.simulate(symmetry=False)``) and the prepared-collective cache cleared
 before each run, i.e. the flow engine before issue 22. Figures are min / median seconds over the repeats and
 the ratio of the medians, measured in one process back to back, so a loaded machine inflates both sides
-alike. Cases above ``--reference-max-gpus`` GPUs (default 16,384) run without the reference (its cost there is
+alike. ``flowsim.config.bounds.MAX_GPUS_FLOW`` (16,384) is lifted for the 65,536-GPU case. Cases above
+``--reference-max-gpus`` GPUs (default 16,384) run without the reference (its cost there is
 minutes). The step times of both paths are printed; they agree to the event loop's tolerance
 (tests/test_flow_symmetry.py).
 """
@@ -63,8 +64,10 @@ def _rerun(cfg, reference: bool) -> tuple:
 def _one(name: str, repeat: int, reference: bool) -> dict:
     """Measure one case in this process (see the module docstring)."""
     import flowsim
+    from flowsim.config import bounds
 
     kw = {**HEADLINE, **GPUS, **PP}[name]
+    bounds.MAX_GPUS_FLOW = max(bounds.MAX_GPUS_FLOW, kw["gpus"])  # the 65,536-GPU case is past the CLI's bound
     cfg = flowsim.build_config(**kw, comm_engine="flow")
     t0 = time.perf_counter()
     flowsim.simulate(cfg)

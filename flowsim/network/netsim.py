@@ -16,7 +16,9 @@ Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A1
   fallback): rates below the smallest departing rate and below the arrivals' lower bound are kept, and only
   transfers connected to a change through links are revisited, so independent components (rails, groups)
   are not re-solved;
-* remaining bytes are advanced lazily, only for transfers whose rate changes.
+* remaining bytes are advanced lazily, only for transfers whose rate changes;
+* by symmetry (:mod:`flowsim.network.symmetry`), only one of each class of identical independent components
+  (e.g. the data-parallel rings of the eight rails) is simulated, its times copied to the others.
 
 A transfer with 0 bytes or an empty path (source = destination) drains instantly.
 """
