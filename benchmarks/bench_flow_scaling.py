@@ -53,7 +53,7 @@ def _rerun(cfg, reference: bool) -> tuple:
     step_flows._flow.cache_clear()
     step_flows._together_s.cache_clear()
     if reference:
-        collective_flows._prepare_cached.cache_clear()
+        collective_flows._PREPARED.clear()
         step_flows._stage_groups_array.cache_clear()
     collective_flows.simulate = functools.partial(netsim.simulate, symmetry=not reference)
     t0 = time.perf_counter()

@@ -107,3 +107,19 @@ def test_flow_step_by_symmetry_equals_the_explicit_one(name, monkeypatch):
         for key, value in b.items():
             if isinstance(value, float):
                 assert a[key] == pytest.approx(value, rel=RTOL, abs=1e-15), key
+
+
+def test_prepared_collectives_are_reused_and_bounded_by_bytes():
+    from flowsim.config import build_config
+    from flowsim.gpu_specs import get_gpu
+
+    cfg = build_config(model="llama3-8b", cluster="dgx-h100", gpus=32, tp=8, gbs=32)
+    gpu = get_gpu("h100-sxm")
+    groups = np.array([[0, 8, 16, 24], [1, 9, 17, 25]])
+    first = collective_flows._prepare(cfg.cluster, gpu, "allreduce", 1e8, groups, None, None, True, 8192)
+    again = collective_flows._prepare(cfg.cluster, gpu, "allreduce", 1e8, groups.copy(), None, None, True, 8192)
+    assert again is first and not first.links.flags.writeable
+    cache = collective_flows._PreparedCache(max_bytes=100)
+    for k in range(3):
+        cache.put(k, str(k), 60)
+    assert cache.get(0) is None and cache.get(1) is None and cache.get(2) == "2" and cache.bytes == 60

@@ -31,6 +31,7 @@ Comparing the flow engine with nccl-tests logs is :mod:`flowsim.validation.nccl_
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -261,26 +262,59 @@ class _Prepared:
         return ptr, (self.plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
 
 
-PREPARED_CACHE_SIZE = 128
-"""Prepared collectives (plan and routes of one collective on one set of groups) kept per process. A cost cap
-only: a step on the flow engine prepares a few dozen distinct ones, each cross-kind simulation re-uses them
-(benchmarks/bench_flow_scaling.py)."""
+PREPARED_CACHE_BYTES = 192 * 2**20
+"""Bytes of prepared collectives (plan and routes of one collective on one set of groups) kept per process,
+least recently used dropped first. A cost cap only: a step prepares a few dozen to a few hundred distinct ones
+(deepseek-v3 on 2,048 H800: 267, each window's traffic its own sizes) and every cross-kind simulation re-uses
+them; a cap by count thrashes on the larger steps, one by bytes bounds the memory of the largest
+(benchmarks/bench_flow_scaling.py, max RSS)."""
+
+
+class _PreparedCache:
+    """Least-recently-used mapping bounded by the bytes of its values' arrays."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.bytes, self.items = max_bytes, 0, OrderedDict()
+
+    def get(self, key):
+        hit = self.items.get(key)
+        if hit is not None:
+            self.items.move_to_end(key)
+        return None if hit is None else hit[0]
+
+    def put(self, key, value, nbytes: int) -> None:
+        self.items[key] = (value, nbytes)
+        self.bytes += nbytes
+        while self.bytes > self.max_bytes and len(self.items) > 1:
+            self.bytes -= self.items.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.bytes = 0
+
+
+_PREPARED = _PreparedCache(PREPARED_CACHE_BYTES)
 
 
 def _prepare(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray, algo, proto,
              pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION, collnet: bool = False):
     """Plan and route one collective on every group (on ``cached_topology(cluster, gpu)``); a
-    :class:`FlowCollectiveResult` for single-rank groups. Cached per (collective, groups): the arrays are
-    read-only."""
-    return _prepare_cached(cluster, gpu, op, size_bytes, groups.tobytes(), groups.shape, algo, proto, pxn,
-                           max_transfers, nccl_version, collnet)
+    :class:`FlowCollectiveResult` for single-rank groups. Cached per (collective, groups) in ``_PREPARED``: the
+    arrays are read-only."""
+    key = (cluster, gpu, op, size_bytes, groups.tobytes(), groups.shape, algo, proto, pxn, max_transfers,
+           nccl_version, collnet)
+    p = _PREPARED.get(key)
+    if p is None:
+        p = _plan_and_route(cluster, gpu, op, size_bytes, np.array(groups, dtype=np.int64), algo, proto, pxn,
+                            max_transfers, nccl_version, collnet)
+        arrays = (p.groups, p.ptr, p.links, p.kernel_Bps, p.net_links) if isinstance(p, _Prepared) else ()
+        _PREPARED.put(key, p, sum(a.nbytes for a in arrays) + len(key[4]))
+    return p
 
 
-@lru_cache(maxsize=PREPARED_CACHE_SIZE)
-def _prepare_cached(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups_bytes: bytes,
-                    shape: tuple, algo, proto, pxn: bool, max_transfers: int, nccl_version: str, collnet: bool):
+def _plan_and_route(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray, algo,
+                    proto, pxn: bool, max_transfers: int, nccl_version: str, collnet: bool):
     topo = cached_topology(cluster, gpu)
-    groups = np.frombuffer(groups_bytes, dtype=np.int64).reshape(shape)
     est, plan = plan_collective(op, size_bytes, _layout(cluster, gpu, groups, nccl_version, collnet), algo=algo,
                                 proto=proto, max_transfers=max_transfers)
     if plan is None:
@@ -288,10 +322,10 @@ def _prepare_cached(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: f
                                     (0.0,) * groups.shape[0], 0, ())
     ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
     ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
-    arrays = (ptr, links, np.tile(plan.kernel_Bps, groups.shape[0]), np.unique(links[links < topo.n_links]))
+    arrays = (groups, ptr, links, np.tile(plan.kernel_Bps, groups.shape[0]), np.unique(links[links < topo.n_links]))
     for a in arrays:
         a.flags.writeable = False
-    return _Prepared(est, plan, groups, *arrays)
+    return _Prepared(est, plan, *arrays)
 
 
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
