@@ -151,7 +151,7 @@ def _groups_of(group_ranks, concurrent_groups, num_gpus: int) -> np.ndarray:
                               concurrent_groups) from None
     if groups.min() < 0 or groups.max() >= num_gpus:
         raise ConfigError("group_ranks", f"GPU ids must be in [0, {num_gpus})", int(groups.max()))
-    if np.unique(groups).size != groups.size:
+    if np.bincount(groups.ravel()).max() > 1:  # a GPU in two groups (bincount: no sort)
         raise ConfigError("concurrent_groups", "groups must not share GPUs (or repeat one)",
                           groups.tolist() if groups.size <= 32 else f"{groups.shape[0]} groups")
     return groups
