@@ -121,7 +121,8 @@ def test_shared_and_multiple_nics():
 
 
 @pytest.mark.parametrize("cfg, gpu, msg", [
-    (dict(oversubscription=0.5), {}, r"oversubscription: must be >= 1 \(1 = non-blocking\) \(got 0.5\)"),
+    (dict(oversubscription=0.5), {},
+     r"oversubscription: must be a finite number in \[1, 100\] \(1 = non-blocking\) \(got 0.5\)"),
     (dict(nics_per_node=3), {}, r"nics_per_node: must divide gpus_per_node or be a multiple of it.* \(got 3 and 8\)"),
     (dict(nics_per_node=16), {}, r"nics_per_node: 2 NICs per GPU need 100 GB/s, more than the GPU's PCIe link "
                                  r"\(64 GB/s\) \(got 16\)"),
@@ -188,6 +189,7 @@ def test_cli_bad_input_is_one_line_exit_2():
 
     res = CliRunner().invoke(main, ["topo", "--gpus", "16", "--oversubscription", "0.5"])
     assert res.exit_code == 2
-    assert res.output.strip() == "Error: oversubscription: must be >= 1 (1 = non-blocking) (got 0.5)"
+    assert res.output.strip() == ("Error: oversubscription: must be a finite number in [1, 100] (1 = non-blocking) "
+                                  "(got 0.5)")
     res = CliRunner().invoke(main, ["topo", "--gpus", "16", "--nics-per-node", "3"])
     assert res.exit_code == 2 and "nics_per_node: must divide gpus_per_node" in res.output
