@@ -11,6 +11,7 @@ import click
 
 from flowsim.cli.common import user_errors
 from flowsim.errors import ConfigError
+from flowsim.service.limits import LEASE_S, MAX_ACTIVE_JOBS, MAX_BODY_BYTES, Limits
 
 DB_HELP = ("Database URL: sqlite:///PATH (default $FLOWSIM_SERVICE_DB or ~/.cache/flowsim/service.sqlite) or "
            "postgresql://USER:PASSWORD@HOST/DB.")
@@ -43,11 +44,12 @@ def _workers(text: str) -> tuple[int, int]:
 @click.option("--db", help=DB_HELP)
 @click.option("--workers", default=f"1:{os.cpu_count() or 1}", show_default=True,
               help="Embedded worker processes MIN:MAX, scaled with the queue (0:0: none; run `flowsim worker`).")
-@click.option("--max-body-mb", type=click.FloatRange(min=0, min_open=True), default=16, show_default=True,
+@click.option("--max-body-mb", type=click.FloatRange(min=0, min_open=True), default=MAX_BODY_BYTES / 2**20,
+              show_default=True,
               help="Largest request body, MiB (413 beyond).")
-@click.option("--max-jobs", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--max-jobs", type=click.IntRange(min=1), default=MAX_ACTIVE_JOBS, show_default=True,
               help="Queued + running jobs per user (429 beyond).")
-@click.option("--lease-s", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
+@click.option("--lease-s", type=click.FloatRange(min=0.5), default=LEASE_S, show_default=True,
               help="Lease of an embedded worker's job, seconds (requeued when not renewed in time).")
 @click.pass_context
 @user_errors
@@ -65,7 +67,7 @@ def serve(ctx, host, port, db, workers, max_body_mb, max_jobs, lease_s):
     _service()
     import uvicorn
 
-    from flowsim.service.app import Limits, create_app
+    from flowsim.service.app import create_app
     from flowsim.service.auth import create_token, has_users
     from flowsim.service.db import default_url, open_db
     from flowsim.service.worker import WorkerPool
@@ -109,7 +111,7 @@ def token_create(name, admin, db):
 
 @click.command()
 @click.option("--db", help=DB_HELP)
-@click.option("--lease-s", type=click.FloatRange(min=0.5), default=30.0, show_default=True,
+@click.option("--lease-s", type=click.FloatRange(min=0.5), default=LEASE_S, show_default=True,
               help="Lease of each job, seconds: renewed 3 times per lease; requeued when not renewed in time.")
 @click.option("--scheduler", metavar="dask://HOST:PORT", help="Fan tune and sweep jobs out to this Dask cluster.")
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Exit after this many jobs.")

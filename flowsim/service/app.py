@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Body, Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
@@ -29,20 +28,11 @@ from flowsim.errors import ConfigError
 from flowsim.service import kinds, queue, uploads
 from flowsim.service.auth import Caller, caller_of
 from flowsim.service.db import Job, Measurement, Result, User, session
+from flowsim.service.limits import Limits
 from flowsim.service.metrics import metrics_text
 
 STATIC = Path(__file__).resolve().parent / "static"
-MAX_BODY_BYTES = 16 * 2**20  # default request size limit: 16 MiB (a large runs CSV or a trimmed Kineto trace)
-MAX_ACTIVE_JOBS = 20  # default per-user limit of queued + running jobs
 PAGE_MAX = 200  # most jobs one GET /v1/jobs page returns
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-request and per-user limits: ``max_body_bytes`` (413 beyond) and ``max_active_jobs`` (429)."""
-
-    max_body_bytes: int = MAX_BODY_BYTES
-    max_active_jobs: int = MAX_ACTIVE_JOBS
 
 
 def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -67,12 +57,12 @@ class BodyLimit:
         started = [False]
 
         async def counted_receive():
-            message = await receive()
-            if message["type"] == "http.request":
-                seen[0] += len(message.get("body", b""))
+            event = await receive()
+            if event["type"] == "http.request":
+                seen[0] += len(event.get("body", b""))
                 if seen[0] > self.limit:
                     raise _TooBig(413, message)  # an HTTPException, so FastAPI's body parser passes it on
-            return message
+            return event
 
         async def tracked_send(message):
             if message["type"] == "http.response.start":

@@ -1,10 +1,10 @@
 """The durable job queue: jobs live in the database; workers lease them, heartbeat and write results once.
 
 Life of a job: ``queued`` -> ``running`` (leased to one worker until ``lease_expires_s``) -> ``done``,
-``failed`` or ``cancelled``. A worker renews its lease (:data:`LEASE_S` by default) :data:`HEARTBEATS_PER_LEASE`
-times per lease period; a lease not renewed in time (the worker was killed, or lost the database) is expired by
-the next claim, which puts the job back in the queue (after :data:`MAX_ATTEMPTS` lost leases it fails instead, so a job that kills its
-worker cannot loop forever).
+``failed`` or ``cancelled``. A worker renews its lease (:data:`LEASE_S` by default)
+:data:`HEARTBEATS_PER_LEASE` times per lease period; a lease not renewed in time (the worker was killed, or lost
+the database) is expired by the next claim, which puts the job back in the queue (after :data:`MAX_ATTEMPTS`
+lost leases it fails instead, so a job that kills its worker cannot loop forever).
 
 Claiming is one short write transaction: on PostgreSQL ``SELECT ... FOR UPDATE SKIP LOCKED`` (workers never
 wait on each other's row), on SQLite ``BEGIN IMMEDIATE`` (one writer at a time), and in both cases the
@@ -27,8 +27,8 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Engine
 
 from flowsim.service.db import Job, Result, User, Worker, insert_ignore, is_postgres, session
+from flowsim.service.limits import LEASE_S
 
-LEASE_S = 30.0  # default lease: a job not heartbeaten for this long is requeued (3 missed heartbeats)
 HEARTBEATS_PER_LEASE = 3  # a worker renews its lease every lease / 3 seconds
 MAX_ATTEMPTS = 3  # lost leases after which a job fails instead of being requeued
 CLAIM_CANDIDATES = 8  # PostgreSQL: queued jobs one claim looks at (the first whose key is free is taken)

@@ -92,13 +92,13 @@ def make_token(db_url: str, name: str, admin: bool = False) -> str:
         engine.dispose()
 
 
-def wait_for(pred, timeout_s: float, what: str):
+def wait_for(pred, timeout_s: float, what: str, every_s: float = 0.2):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         value = pred()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(every_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 

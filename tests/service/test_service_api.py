@@ -153,7 +153,7 @@ def test_oversized_body_is_413(alice):
             yield b"x" * 8192
 
     r = alice.post("/v1/estimate", content=chunks(), headers={"content-type": "application/json"})
-    assert r.status_code == 413
+    assert r.status_code == 413 and r.json() == {"error": f"body: must be at most {int(MAX_BODY_MB * 2**20)} bytes"}
 
 
 def test_jobs_owner_admin_cancel_and_paging(server, alice, bob):

@@ -11,13 +11,20 @@ from sqlalchemy import func, select
 from flowsim.service import kinds, queue
 from flowsim.service.db import Job, Point, Result, User, open_db, session
 
-# A tune of 75 layouts (llama3-8b on 64 H100, vpp <= 2, mbs 1, no recompute, ZeRO-1): 9 batches committed one by
-# one (flowsim.explore.runner: 75 // 8 configs per batch with one process), so a worker killed after the first
-# batch leaves a job part done.
+# A tune of 1,264 layouts (llama3-8b on 64 H100: vpp <= 2, cp <= 2, mbs <= 2, recompute none/full, ZeRO 0/1), run in
+# 20 batches of 64 committed one by one (flowsim.explore.runner, one process): several seconds of work, so a worker
+# killed once its first batch is in the database leaves the job part done.
 TUNE = {"kind": "tune", "config": {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64, "gbs": 256},
-        "space": {"max_vpp": 2, "max_cp": 1, "max_mbs": 1, "recompute": ["none"], "zero": [1]}}
+        "space": {"max_vpp": 2, "max_cp": 2, "max_mbs": 2, "recompute": ["none", "full"], "zero": [0, 1]}}
 JOB_LINE = re.compile(r"^job ([0-9a-f]{32}) (\w+) (\w[\w-]*) ", re.M)
 N_COMPETING = 200  # jobs two workers share in test_two_workers_never_run_the_same_job
+
+
+def _part_done(engine, job_id) -> bool:
+    """The job is running and has committed a batch of design points."""
+    with session(engine) as s:
+        return (s.get(Job, job_id).state == "running"
+                and s.scalar(select(func.count()).select_from(Point)) > 0)
 
 
 def _job(engine, job_id) -> Job:
@@ -32,7 +39,7 @@ def test_killed_worker_job_is_requeued_and_every_point_stored_once(db_url):
             job_id = alice.post("/v1/jobs", json=TUNE).json()["id"]
             engine = open_db(db_url)
             first = start_worker(db_url)
-            wait_for(lambda: 0 < _job(engine, job_id).progress < 0.7, 120, "the tune to be part done")
+            wait_for(lambda: _part_done(engine, job_id), 120, "the tune to be part done", every_s=0.02)
             stop_worker(first, signal.SIGKILL)  # kill -9 in the middle of the job
             with session(engine) as s:
                 points_before = s.scalar(select(func.count()).select_from(Point))
@@ -137,7 +144,9 @@ def test_cancelling_a_running_tune_stops_its_worker(sqlite_url):
         with server.client(make_token(sqlite_url, "alice")) as alice:
             job_id = alice.post("/v1/jobs", json=TUNE).json()["id"]
             worker = start_worker(sqlite_url, "--exit-when-idle")
-            wait_for(lambda: 0 < alice.get(f"/v1/jobs/{job_id}").json()["progress"] < 0.7, 120, "the tune to start")
+            engine = open_db(sqlite_url)
+            wait_for(lambda: _part_done(engine, job_id), 120, "the tune to be part done", every_s=0.02)
+            engine.dispose()
             assert alice.delete(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
             assert worker.wait(60) == 0
             (line,) = JOB_LINE.findall(worker.stderr.read().decode())
