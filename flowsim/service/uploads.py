@@ -70,9 +70,13 @@ def parse(kind: str, filename: str, content: bytes) -> dict:
         path.write_bytes(text_bytes)
         try:
             return _summary(kind, path)
-        except ConfigError as e:
-            raise ConfigError(e.field, e.rule.replace(str(path), label(filename)),
-                              None if e.got is None else str(e.got).replace(str(path), label(filename))) from None
+        except ConfigError as e:  # the reader names our file: name the client's instead
+            def named(text: str) -> str:
+                return text.replace(str(path), label(filename)).replace(path.name, label(filename))
+
+            raise ConfigError(e.field, named(e.rule), None if e.got is None else named(str(e.got))) from None
+        except RecursionError:
+            raise ConfigError("file", f"is nested too deeply to be a {kind} file", label(filename)) from None
 
 
 def sha256(content: bytes) -> str:
