@@ -101,11 +101,8 @@ class Failed:
 def evaluate_isolated(batch: list, stored_keys=frozenset(), prune_memory: bool = True, known_pruned=None,
                       time_limit_s: float = 0.0) -> list:
     """:func:`~flowsim.explore.point.evaluate`, but a config that raises becomes a :class:`Failed` entry
-    instead of failing the batch (the others of the batch are evaluated one by one)."""
-    try:
-        return evaluate(batch, stored_keys, prune_memory, known_pruned, time_limit_s)
-    except Exception:  # noqa: BLE001 -- isolate the failing config below
-        pass
+    instead of failing the batch (each config is evaluated on its own, so one failure costs no other config a
+    second simulation)."""
     out = []
     for item in batch:
         try:
