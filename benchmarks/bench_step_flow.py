@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/bench_step_flow.py [--scaling]``. Each case is simulated once to build its topology
 and compile, then timed on a fresh process-level cache miss of the collectives, cross-kind simulations
-included (the topology cache is kept). ``--scaling`` adds how the time grows with the GPU count (GPT-3 175B,
+included (the topology and the prepared collectives, plans and routes, are kept; benchmarks/bench_flow_scaling.py
+measures against the code without those caches). ``--scaling`` adds how the time grows with the GPU count (GPT-3 175B,
 TP8 PP8, DP 4-64) and with the pipeline depth (GPT-3 175B on 1,024 H100, TP8, PP 2-32).
 Figures and the machine go into docs/PERFORMANCE.md.
 """
