@@ -230,13 +230,23 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
         write_chakra(result, chakra_dir, ranks=chakra_ranks)
     where = _where(result) if show_breakdown else None
     if as_json:
-        applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
-        echo_json({**result.to_dict(), "memory_bytes_per_gpu": result.memory_bytes_per_gpu,
-                   "memory_capacity_bytes": result.memory_capacity_bytes, **applied,
-                   **({"where": where} if where else {})})
+        echo_json(estimate_document(cfg, result, where))
     else:
         click.echo(_report(result, cfg.framework_defaults, expert_lines(cfg))
                    + (_where_report(where, result.step_time_s) if where else ""))
+
+
+def estimate_document(cfg, result, where: dict | None = None) -> dict:
+    """What ``flowsim estimate --json`` prints, and the service's ``POST /v1/estimate`` returns: the output
+    contract's ``schema_version`` and ``flowsim_version``, :meth:`flowsim.Result.to_dict`, memory in bytes, the
+    framework profile's defaults when a framework is set, and ``where`` (``--breakdown``) when given."""
+    from flowsim._version import __version__
+    from flowsim.cli.common import OUTPUT_SCHEMA_VERSION
+
+    applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
+    return {"schema_version": OUTPUT_SCHEMA_VERSION, "flowsim_version": __version__, **result.to_dict(),
+            "memory_bytes_per_gpu": result.memory_bytes_per_gpu, "memory_capacity_bytes": result.memory_capacity_bytes,
+            **applied, **({"where": where} if where else {})}
 
 
 def _imported(megatron_args, nemo_recipe, hf_config) -> dict | None:

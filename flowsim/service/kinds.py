@@ -86,16 +86,13 @@ def _only(body: Mapping, allowed: tuple) -> None:
 def estimate_json(config: Mapping) -> dict:
     """What ``flowsim estimate --json`` prints for ``config``: the same keys in the same order (the API test
     compares the two). Raises ConfigError for a bad config, InvariantError for a result that breaks an invariant."""
-    from flowsim.cli.common import OUTPUT_SCHEMA_VERSION
+    from flowsim.cli.estimate import estimate_document
     from flowsim.step.invariants import check_result
 
     cfg = flowsim.build_config(dict(config))
     r = flowsim.simulate(cfg)
     check_result(r)
-    applied = {"framework_defaults": dict(cfg.framework_defaults)} if cfg.training.framework else {}
-    return jsonable({"schema_version": OUTPUT_SCHEMA_VERSION, "flowsim_version": __version__, **r.to_dict(),
-                     "memory_bytes_per_gpu": r.memory_bytes_per_gpu, "memory_capacity_bytes": r.memory_capacity_bytes,
-                     **applied})
+    return jsonable(estimate_document(cfg, r))
 
 
 def estimate_key(config: Mapping) -> str:
