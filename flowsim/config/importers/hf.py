@@ -10,9 +10,9 @@ gate/up/down MLP in every family but GPT-2, which has LayerNorm, learned positio
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from flowsim import io_text
 from flowsim.config.importers.common import Imported
 from flowsim.errors import ConfigError
 
@@ -40,13 +40,8 @@ _USED = {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers", 
 
 
 def read_json(path) -> dict:
-    """The mapping in a JSON file; errors name the file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError("hf_config", f"cannot read file: {e.strerror}", str(path)) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError("hf_config", f"not valid JSON: {e.msg} at line {e.lineno}", str(path)) from None
+    """The mapping in a JSON file, read under :mod:`flowsim.io_text`'s policy; errors name the file."""
+    data = io_text.loads_json(io_text.read_text(path, "hf_config"), "hf_config", path)
     if not isinstance(data, dict):
         raise ConfigError("hf_config", "top level must be a JSON object", str(path))
     return data

@@ -21,8 +21,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-import yaml
 
+from flowsim import io_text
 from flowsim.config.importers.common import ARCHITECTURE_KEYS, Imported
 from flowsim.config.importers.megatron import apply_moe_layer_freq
 from flowsim.config.loader import load_preset
@@ -56,13 +56,8 @@ _NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
 
 
 def read_yaml(path) -> dict:
-    """The mapping in a YAML file; errors name the file."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError("nemo", f"cannot read file: {e.strerror}", str(path)) from None
-    except yaml.YAMLError as e:
-        raise ConfigError("nemo", f"not valid YAML: {str(e).splitlines()[0]}", str(path)) from None
+    """The mapping in a YAML file, read under :mod:`flowsim.io_text`'s policy; errors name the file."""
+    data = io_text.loads_yaml(io_text.read_text(path, "nemo"), "nemo", path)
     if not isinstance(data, dict):
         raise ConfigError("nemo", "top level must be a mapping", str(path))
     return data
