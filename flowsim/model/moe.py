@@ -112,7 +112,10 @@ def expert_tokens(cfg: SimConfig, tokens: int) -> tuple[float, int]:
     if cf:
         cap = math.ceil(load * cf)
         load, busiest = (float(cap),) * 2 if m.moe_pad_expert_input_to_capacity else (min(load, cap), min(busiest, cap))
-    return load * m.num_moe_experts, max(int(busiest * dispatch_group_size(cfg)), 1)
+    # whole tokens, rounded up: rounding down let the busiest expert's work (hardware FLOPs) fall below the
+    # routed load the model FLOPs count when a micro-batch routes fewer tokens than there are experts; the
+    # 1e-9 keeps an exact float product (4.000000001) from taking one more token
+    return load * m.num_moe_experts, max(math.ceil(busiest * dispatch_group_size(cfg) - 1e-9), 1)
 
 
 def _distinct(experts: int, k: int, groups: int) -> float:

@@ -87,11 +87,9 @@ def estimate_json(config: Mapping) -> dict:
     """What ``flowsim estimate --json`` prints for ``config``: the same keys in the same order (the API test
     compares the two). Raises ConfigError for a bad config, InvariantError for a result that breaks an invariant."""
     from flowsim.cli.estimate import estimate_document
-    from flowsim.step.invariants import check_result
 
     cfg = flowsim.build_config(dict(config))
     r = flowsim.simulate(cfg)
-    check_result(r)
     return jsonable(estimate_document(cfg, r))
 
 

@@ -30,6 +30,7 @@ from flowsim.step.blocks import block_runs, block_times, ops_frame, paired_comm,
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
 from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
+from flowsim.step.invariants import check_result
 from flowsim.step.memory import stage_memory
 from flowsim.step.optimizer import optimizer_s
 from flowsim.step.pricer import CollectivePricer
@@ -208,6 +209,9 @@ def simulate(config=None, **overrides) -> Result:
     ------
     ConfigError
         For an unknown key, preset or GPU, or a broken rule (the message names the field).
+    InvariantError
+        When the result breaks an invariant of :mod:`flowsim.step.invariants` (a flowsim bug; the one-line
+        message names the config).
     """
     cfg = _coerce_config(config, overrides)
     gpu = get_gpu(cfg.cluster.gpu)
@@ -222,9 +226,12 @@ def simulate(config=None, **overrides) -> Result:
     opt_s = optimizer_s(cfg, wl, gpu)
     mems = [stage_memory(cfg, wl, s) for s in range(p)]
     step, _ = step_end_s(run.timeline, np.asarray(dp_x), opt_s)
-    return _result(cfg, gpu, wl, comms, ps, run, step, mems, _stage_breakdowns(wl, ps, run, dp_x, opt_s, mems, step),
-                   _timeline(wl, ps, run, comms, ops, t_ops, spans, dp_x, opt_s),
-                   _hardware_flops(cfg, wl, ops, spans, ps.runs))
+    result = _result(cfg, gpu, wl, comms, ps, run, step, mems,
+                     _stage_breakdowns(wl, ps, run, dp_x, opt_s, mems, step),
+                     _timeline(wl, ps, run, comms, ops, t_ops, spans, dp_x, opt_s),
+                     _hardware_flops(cfg, wl, ops, spans, ps.runs))
+    check_result(result)  # a result that breaks an invariant is flowsim's bug: refused, never printed
+    return result
 
 
 def _result(cfg, gpu, wl, comms, ps, run, step, mems, stages, timeline, hardware_flops) -> Result:
