@@ -308,3 +308,12 @@ def test_shared_expert_overlap_hides_the_dispatch():
         with pytest.raises(ConfigError) as e:
             build_config(**{**kw, **extra, "moe_shared_expert_overlap": True})
         assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("seq", [5, 6, 7])
+def test_fewer_routed_tokens_than_experts_keep_hfu_at_least_mfu(seq):
+    # found by the long config fuzz (docs/RELIABILITY.md): mixtral with 5-7 tokens per micro-batch routes
+    # 10-14 (token, expert) pairs over 8 experts; the busiest expert's whole tokens round up, so the hardware
+    # FLOPs never fall below the model FLOPs (they did when they were rounded down)
+    r = flowsim.simulate(dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=8, tp=1, ep=8, gbs=8, seq=seq))
+    assert r.hfu >= r.mfu
