@@ -49,8 +49,9 @@ MAX_PIPELINE_PASSES = 2**21
 # GPUs: the largest announced clusters hold ~200k GPUs; 2**20 (1,048,576) is 5x, and its topology builds in
 # ~5 s and 1.2 GB (flowsim topo, measured 2026-12).
 MAX_GPUS = 2**20
-# The flow engine puts every group's flows into one solver: 2**14 GPUs take ~2-5 s per estimate, 65,536
-# take ~20 s (gpt3-175b, tp 8, pp 8; measured 2026-12), so it is bounded where it stays interactive.
+# The flow engine puts every group's flows into one solver: 2**14 GPUs take ~4 s per estimate, 65,536
+# take 33-48 s and ~500 MB (gpt3-175b, tp 8, pp 8; benchmarks/bench_flow_scaling.py, docs/PERFORMANCE.md,
+# 2026-12), so it is bounded where it stays interactive.
 MAX_GPUS_FLOW = 2**14
 # Scale-up domains: NVL72 today, NVL576 announced; 2**16 is 100x.
 MAX_NVLINK_DOMAIN = 2**16
