@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flowsim.step.host import block_terms, graphed_host_s, issue_timeline, repeated_block_end_s, steady_run_s
+from flowsim.model.host_costs import graphed_host_s
+from flowsim.step.host import block_terms, issue_timeline, repeated_block_end_s, steady_run_s
 
 US = 1e-6
 

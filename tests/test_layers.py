@@ -36,11 +36,8 @@ LAYERS = (
 package front (flowsim/__init__.py, its public names loaded lazily): only the front ends use it.
 ``flowsim._moved`` (old import paths) names modules only as strings."""
 
-PENDING = {
-    # host-cost data (commit 8f2dbb7): model/host_costs.py prices with step/host.py's numba queue
-    ("flowsim.model.host_costs", "flowsim.step.host"),
-}
-"""Known upward or cyclic edges (importer, imported) whose owner is removing them; the lead empties this table."""
+PENDING: set = set()
+"""Known upward or cyclic edges (importer, imported) being removed; empty: every edge follows the layers."""
 
 
 def _module_name(path: Path) -> str:

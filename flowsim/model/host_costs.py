@@ -30,7 +30,6 @@ import numpy as np
 from flowsim.config.cluster import CPUS as CPU_FAMILIES
 from flowsim.config.training import CUDA_GRAPH_SCOPES, HOST_MODES
 from flowsim.errors import ConfigError
-from flowsim.step.host import graphed_host_s
 from flowsim.units import US
 
 
@@ -101,3 +100,24 @@ def block_host_s(table, training, cpu: str) -> np.ndarray | None:
         return None
     return op_host_s(table["name"].to_numpy(), table["kind"].to_numpy(), table["phase"].to_numpy(),
                      table["count"].to_numpy(), host_costs(training.host_overhead, cpu), training.cuda_graphs)
+
+
+def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float, count=None) -> np.ndarray:
+    """Host seconds per op once CUDA graphs capture some of them.
+
+    ``graph_id`` (int, per op): ``-1`` for an op issued eagerly (it keeps its ``host_s``), else the graph
+    replay it belongs to. The ops of one id are one ``cudaGraphLaunch``: the first of them carries
+    ``launch_s``, and every captured kernel (graph node) ``per_node_s``, times ``count`` (kernels per row, 1 by
+    default). A per-layer graph gives each layer (or each pass of it) an id of its own; a full-iteration graph
+    puts every op of the step under one id.
+    """
+    h = np.ascontiguousarray(host_s, dtype=np.float64)
+    gid = np.ascontiguousarray(graph_id, dtype=np.int64)
+    n = np.ones(h.size) if count is None else np.asarray(count, dtype=np.float64)
+    if gid.shape != h.shape or n.shape != h.shape:
+        raise ValueError(f"graph_id and count must have the ops' length {h.size} (got {gid.shape}, {n.shape})")
+    first = np.zeros(h.size, dtype=bool)
+    captured = np.flatnonzero(gid >= 0)
+    _, idx = np.unique(gid[captured], return_index=True)
+    first[captured[idx]] = True
+    return np.where(gid >= 0, per_node_s * n + np.where(first, launch_s, 0.0), h)

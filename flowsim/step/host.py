@@ -22,7 +22,7 @@ core prices a block once: with ``H`` and ``G`` the block's host and GPU seconds 
 ``max(G, H)``, the steady state of whichever server is slower.
 
 CUDA graphs replace the per-op host costs of the ops they capture by one launch per graph replay plus a small
-cost per node (:func:`graphed_host_s`); torch.compile reduces the op count to its fused kernels (the workload's
+cost per node (:func:`flowsim.model.host_costs.graphed_host_s`); torch.compile reduces the op count to its fused kernels (the workload's
 ``fused`` kernel set) at the compiled launcher's cost per kernel (:mod:`flowsim.model.host_costs`).
 
 The recurrences are ``numba.njit(cache=True)`` loops over flat float64 arrays; blocks are segments of one flat array
@@ -167,24 +167,3 @@ def steady_run_s(gpu_s, host_s):
     """Seconds each run of a block adds once the stream is in steady state: ``max(G, H)`` (the step core's
     :func:`flowsim.step.blocks.block_times` with ``G`` its kernels and exposed communication)."""
     return np.maximum(gpu_s, host_s)
-
-
-def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float, count=None) -> np.ndarray:
-    """Host seconds per op once CUDA graphs capture some of them.
-
-    ``graph_id`` (int, per op): ``-1`` for an op issued eagerly (it keeps its ``host_s``), else the graph
-    replay it belongs to. The ops of one id are one ``cudaGraphLaunch``: the first of them carries
-    ``launch_s``, and every captured kernel (graph node) ``per_node_s``, times ``count`` (kernels per row, 1 by
-    default). A per-layer graph gives each layer (or each pass of it) an id of its own; a full-iteration graph
-    puts every op of the step under one id.
-    """
-    h = np.ascontiguousarray(host_s, dtype=np.float64)
-    gid = np.ascontiguousarray(graph_id, dtype=np.int64)
-    n = np.ones(h.size) if count is None else np.asarray(count, dtype=np.float64)
-    if gid.shape != h.shape or n.shape != h.shape:
-        raise ValueError(f"graph_id and count must have the ops' length {h.size} (got {gid.shape}, {n.shape})")
-    first = np.zeros(h.size, dtype=bool)
-    captured = np.flatnonzero(gid >= 0)
-    _, idx = np.unique(gid[captured], return_index=True)
-    first[captured[idx]] = True
-    return np.where(gid >= 0, per_node_s * n + np.where(first, launch_s, 0.0), h)
