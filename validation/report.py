@@ -126,6 +126,8 @@ class AccuracyReport:
         SimAI example: SimAI-Analytical's model and flowsim's prediction.
     aicb : AicbComparison or None
         The AICB measured-collectives log.
+    runs_uncalibrated : ValidationReport or None
+        The same runs with ``--calibration none`` (``runs`` uses the default, the shipped profile).
     """
 
     runs: object
@@ -133,6 +135,7 @@ class AccuracyReport:
     traces: tuple
     simai: tuple | None
     aicb: object = None
+    runs_uncalibrated: object = None
 
     def to_dict(self) -> dict:
         """Summaries of every part (what the markdown tables show)."""
@@ -187,9 +190,10 @@ def run_report(data_dir: str | Path, *, run_ids=None, nccl=NCCL_DATASETS, traces
     AccuracyReport
     """
     data_dir = Path(data_dir)
-    runs = None
+    runs = runs_uncalibrated = None
     if run_ids is None or tuple(run_ids):
         runs = validate_runs(data_dir / RUNS_CSV, only_ids=run_ids)
+        runs_uncalibrated = validate_runs(data_dir / RUNS_CSV, only_ids=run_ids, calibration="none")
     comparisons = tuple((d, compare_dataset(data_dir, d)) for d in nccl)
     trace_results = tuple(validate_trace(data_dir / "traces" / t) for t in traces)
     simai_results = aicb = None
@@ -200,7 +204,8 @@ def run_report(data_dir: str | Path, *, run_ids=None, nccl=NCCL_DATASETS, traces
         fields = {**load_preset("clusters", SIMAI_CLUSTER), "num_gpus": SIMAI_SYSTEM.num_gpus}
         simai_results = (simulate_analytical(workload, SIMAI_SYSTEM),
                          simulate_flowsim(workload, ClusterConfig(**fields)))
-    return AccuracyReport(runs=runs, nccl=comparisons, traces=trace_results, simai=simai_results, aicb=aicb)
+    return AccuracyReport(runs=runs, nccl=comparisons, traces=trace_results, simai=simai_results, aicb=aicb,
+                          runs_uncalibrated=runs_uncalibrated)
 
 
 def _pct(x: float) -> str:
@@ -211,6 +216,18 @@ def _table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def _calibration_note(report) -> str:
+    """What the shipped calibration profile contributes: the uncalibrated figure and its cross-validated error."""
+    from flowsim.kernels.calibration import load_profile
+
+    if report.runs_uncalibrated is None:
+        return ""
+    errors = dict(load_profile("default").errors)
+    return (f" with the shipped calibration profile (in-sample; its leave-one-source-out median is "
+            f"{errors['loso_median_pct']:.1f} %, docs/CALIBRATION.md), "
+            f"{report.runs_uncalibrated.summary.median_abs_error_pct:.1f} % without it (`--calibration none`)")
 
 
 def _runs_section(runs) -> list[str]:
@@ -303,7 +320,7 @@ def render_markdown(report: AccuracyReport, data_dir: str = "../shared/data") ->
     if report.runs:
         s = report.runs.summary
         out.append(f"- Training step time: {s.n} published runs, median |error| {s.median_abs_error_pct:.1f} %, "
-                   f"p90 {s.p90_abs_error_pct:.1f} %, Spearman {s.spearman:.3f}.")
+                   f"p90 {s.p90_abs_error_pct:.1f} %, Spearman {s.spearman:.3f}{_calibration_note(report)}.")
     if report.nccl:
         med = sorted(c.summary.median_abs_error_large for _, c in report.nccl)
         out.append(f"- Collectives: {len(report.nccl)} nccl-tests comparisons; median |busbw error| at >= 1 MiB "
