@@ -14,8 +14,9 @@ _COLS = [("study", "study", ""), ("model", "model", ""), ("gpu", "gpu", ""), ("n
 
 
 @click.command()
-@click.option("--db", type=click.Path(dir_okay=False),
-              help="Results database (default ~/.cache/flowsim/results.sqlite or $FLOWSIM_DB).")
+@click.option("--db", help="Results database: a local store file (default ~/.cache/flowsim/results.sqlite or "
+                            "$FLOWSIM_DB), or a service database URL (sqlite:///PATH, postgresql://...; the service "
+                            "extra).")
 @click.option("--study", help="Only points of this study (tune runs are stored as 'tune').")
 @click.option("--sort", default="step_time_s", show_default=True, help="Column to sort by (ascending).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Rows (0 = all).")
@@ -27,7 +28,12 @@ def results(db, study, sort, limit, as_json, as_csv):
     from flowsim.errors import ConfigError
     from flowsim.explore.store import results_frame
 
-    df = results_frame(db, study)
+    if db and "://" in db:  # the service's database: its tune and sweep points
+        from flowsim.service.store import points_frame
+
+        df = points_frame(db, study)
+    else:
+        df = results_frame(db, study)
     if len(df):
         if sort not in df.columns:
             raise ConfigError("--sort", f"unknown column; known: {', '.join(df.columns)}", sort)

@@ -238,16 +238,23 @@ class ResultStore:
         if study is not None:
             q += " WHERE study = ?"
             args = (study,)
-        rows = []
-        for st, model, gpu, n, ver, created, cfg_text, pt_text in self._db.execute(q + " ORDER BY created_s", args):
-            cluster = json.loads(cfg_text)["cluster"]
-            row = {"study": st, "model": model, "gpu": gpu, "num_gpus": n, "flowsim_version": ver,
-                   "created_s": created}
-            row.update({k: cluster[k] for k in ("gpus_per_node", "nics_per_node", "nic_gbps", "oversubscription",
-                                                "network")})
-            row.update(json.loads(pt_text))
-            rows.append(row)
+        rows = [point_row(json.loads(cfg_text), json.loads(pt_text), study=st, model=model, gpu=gpu, num_gpus=n,
+                          flowsim_version=ver, created_s=created)
+                for st, model, gpu, n, ver, created, cfg_text, pt_text in self._db.execute(q + " ORDER BY created_s",
+                                                                                          args)]
         return pd.DataFrame(rows)
+
+
+CLUSTER_COLUMNS = ("gpus_per_node", "nics_per_node", "nic_gbps", "oversubscription", "network")
+"""Cluster fields of a point's config that :meth:`ResultStore.frame` shows as columns."""
+
+
+def point_row(config: dict, point: dict, **meta) -> dict:
+    """One row of a results frame: ``meta`` (study, model, gpu, ..., in column order), the cluster fields of the
+    point's ``config`` (:data:`CLUSTER_COLUMNS`) and the point's own fields (:meth:`PointResult.to_dict`). The
+    service's database (:func:`flowsim.service.store.points_frame`) builds its rows here too."""
+    cluster = config["cluster"]
+    return {**meta, **{k: cluster[k] for k in CLUSTER_COLUMNS}, **point}
 
 
 def results_frame(db: str | Path | None = None, study: str | None = None) -> pd.DataFrame:

@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import time
 
+from pathlib import Path
+
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.engine import Engine
 
 from flowsim.explore.point import PointResult
-from flowsim.service.db import MemoryPruned, Point, insert_ignore, session
+from flowsim.errors import ConfigError
+from flowsim.service.db import MemoryPruned, Point, insert_ignore, make_engine, session
 
 _IN_CHUNK = 900  # keys per IN (...) query (SQLite's default limit is 999 host parameters)
 
@@ -78,3 +82,31 @@ class ServiceStore:
     def _settled(self, n: int) -> None:
         if self.on_batch is not None:
             self.on_batch(n)
+
+
+def points_frame(url: str, study: str | None = None) -> "pd.DataFrame":
+    """The design points of a service database (``sqlite:///...`` or ``postgresql://...``) as the same frame
+    :func:`flowsim.explore.store.results_frame` gives for a local store (``flowsim results --db URL``)."""
+    import pandas as pd
+
+    from flowsim.explore.store import point_row
+
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).expanduser().is_file():
+        raise ConfigError("--db", "no such service database", url)
+    engine = make_engine(url)
+    query = select(Point.study, Point.created_s, Point.config_json, Point.point_json).order_by(Point.created_s)
+    if study is not None:
+        query = query.where(Point.study == study)
+    rows = []
+    try:
+        with session(engine) as s:
+            for st, created, cfg_text, pt_text in s.execute(query):
+                cfg = json.loads(cfg_text)
+                rows.append(point_row(cfg, json.loads(pt_text), study=st, model=cfg["model"]["name"],
+                                      gpu=cfg["cluster"]["gpu"], num_gpus=cfg["cluster"]["num_gpus"],
+                                      flowsim_version="", created_s=created))
+    except SQLAlchemyError as e:
+        raise ConfigError("--db", f"not a readable flowsim service database ({type(e).__name__})", url) from None
+    finally:
+        engine.dispose()
+    return pd.DataFrame(rows)
