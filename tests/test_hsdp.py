@@ -4,8 +4,10 @@ import pytest
 import flowsim
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.step.data_parallel import GRAD_REDUCE_BYTES
 from flowsim.step.flows import stage_groups
+from flowsim.units import DTYPE_BYTES
+
+GRAD_REDUCE_BYTES = DTYPE_BYTES["fp32"]  # the default grad_reduce_dtype
 
 BASE = dict(model="llama3-70b", cluster="dgx-h100", gpus=256, tp=1, gbs=256, mbs=1, zero_stage=3, recompute="full")
 

@@ -48,3 +48,17 @@ def test_gradient_buckets_follow_the_framework_defaults():
     wl = build_workload(cfg)
     assert grad_bucket_bytes(cfg, wl, 0) == pytest.approx(wl.stage_params[0] / 32 * 4)
     assert bucket(gpus=8, gbs=8, bucket_size_bytes=1e6) == 1e6
+
+
+def test_grad_reduce_dtype_sets_the_reduction_bytes():
+    # the distributed optimizer reduce-scatters every gradient once per step: 4 bytes each in fp32, 2 in bf16
+    # (Megatron-core grad_reduce_in_fp32 off); the bucket count stays (buckets are counted in parameters)
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=16, gbs=16, distributed_optimizer=True)
+
+    def reduced(dtype):
+        r = flowsim.simulate(base, grad_reduce_dtype=dtype)
+        calls = [c for c in r.collectives if c.group == "dp" and c.op == "reducescatter"]
+        return sum(c.size_bytes * c.count_per_step for c in calls), sum(c.count_per_step for c in calls)
+
+    (fp32, n32), (bf16, n16) = reduced("fp32"), reduced("bf16")
+    assert bf16 == pytest.approx(fp32 / 2) and n16 == n32

@@ -89,7 +89,7 @@ def sim_config(result: Result) -> SimConfig:
 def _dp_ops(cfg: SimConfig, stage: int, optimizer_s: float) -> list[Op]:
     """The gradient reduction buckets, optimizer step and parameter gathers of ``stage``."""
     from flowsim.model.workload import build_workload
-    from flowsim.step.data_parallel import (GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, reduction_parts,
+    from flowsim.step.data_parallel import (PARAM_GATHER_BYTES, grad_reduce_bytes, reduction_parts,
                                             grad_bucket_bytes, zero_level)
 
     t = cfg.training
@@ -98,8 +98,8 @@ def _dp_ops(cfg: SimConfig, stage: int, optimizer_s: float) -> list[Op]:
     if zero_level(t) < 3:
         wl = build_workload(cfg)
         for g, op, n, factor in reduction_parts(t, wl, group_spans(t), stage):
-            nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / grad_bucket_bytes(cfg, wl, stage))))
-            size = int(round(n * GRAD_REDUCE_BYTES * factor / nb))
+            nb = max(1, int(np.ceil(n * grad_reduce_bytes(t) / grad_bucket_bytes(cfg, wl, stage))))
+            size = int(round(n * grad_reduce_bytes(t) * factor / nb))
             ops += [Op("coll", f"dp {op} bucket{b}", op=op, group=g, size_bytes=size) for b in range(nb)]
             if op == "reducescatter":
                 gsize = int(round(n * PARAM_GATHER_BYTES / nb))

@@ -18,14 +18,20 @@ import numpy as np
 
 from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s
 from flowsim.step.overlap import overlapped_s
+from flowsim.units import DTYPE_BYTES
 
-GRAD_REDUCE_BYTES = 4   # Megatron-LM reduces fp32 gradients (accumulate_allreduce_grads_in_fp32 with bf16)
 # Megatron-core DDP's default bucket (megatron/core/distributed/distributed_data_parallel.py, the
 # DistributedDataParallelConfig.bucket_size docstring): max(40M, 1M x data-parallel size) parameters
 MEGATRON_BUCKET_PARAMS = 40_000_000
 MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25 (MiB)
 PARAM_GATHER_BYTES = 2  # the distributed optimizer / FSDP gathers 16-bit weights
+
+
+def grad_reduce_bytes(t) -> float:
+    """Bytes of one gradient in the data-parallel reduction: ``grad_reduce_dtype`` (default fp32, as Megatron-LM's
+    ``accumulate_allreduce_grads_in_fp32`` with bf16; a release's profile or the runs' v2 column may say bf16)."""
+    return float(DTYPE_BYTES[t.grad_reduce_dtype])
 
 
 def zero_level(t) -> int:
@@ -43,15 +49,15 @@ def grad_bucket_bytes(cfg, wl, stage: int) -> float:
     ``bucket_size_bytes`` when set; with ZeRO-2 (FSDP ``SHARD_GRAD_OP``, which reduce-scatters each wrapped
     block's gradients) one layer's parameters; PyTorch DDP's 25 MiB for eager PyTorch without ZeRO; else
     Megatron-core's default of ``max(40e6, 1e6 * dp * cp)`` parameters (bigger buckets for bigger groups
-    keep the collectives from being latency-bound, as its docstring says); ``GRAD_REDUCE_BYTES`` each."""
+    keep the collectives from being latency-bound, as its docstring says); :func:`grad_reduce_bytes` each."""
     t = cfg.training
     if t.bucket_size_bytes:
         return float(t.bucket_size_bytes)
     if t.zero_stage >= 2:
-        return wl.stage_params[stage] / max(int(wl.chunk_layers[stage].sum()), 1) * GRAD_REDUCE_BYTES
+        return wl.stage_params[stage] / max(int(wl.chunk_layers[stage].sum()), 1) * grad_reduce_bytes(t)
     if t.kernel_fusion == "eager" and t.zero_stage == 0 and not t.use_distributed_optimizer:
         return float(TORCH_DDP_BUCKET_BYTES)
-    return float(max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * t.dp * t.cp) * GRAD_REDUCE_BYTES)
+    return float(max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * t.dp * t.cp) * grad_reduce_bytes(t))
 
 
 def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, float, float]:
@@ -67,7 +73,7 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
     t = cfg.training
     per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
     m = cfg.num_microbatches
-    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * GRAD_REDUCE_BYTES
+    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * grad_reduce_bytes(t)
     g = shard_group(t)
     ag = comms.time(g, "allgather", ag_bytes, 2 * m)
     rs = comms.time(g, "reducescatter", rs_bytes, m)
@@ -105,9 +111,10 @@ def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
     """Per part: seconds of each reduction bucket and SMs held; per reduce-scattered part: seconds of each
     parameter-gather bucket and SMs held."""
     times, sms, g_times, g_sms = [], [], [], []
+    grad = grad_reduce_bytes(cfg.training)
     for g, g_op, n, factor in parts:
-        nb = max(1, int(np.ceil(n * GRAD_REDUCE_BYTES / grad_bucket_bytes(cfg, wl, stage))))
-        size = n * GRAD_REDUCE_BYTES * factor / nb
+        nb = max(1, int(np.ceil(n * grad / grad_bucket_bytes(cfg, wl, stage))))
+        size = n * grad * factor / nb
         times.append(np.full(nb, comms.time(g, g_op, size, nb)))
         sms.append(comms.ctas(g, g_op, size))
         if g_op == "reducescatter":
@@ -125,7 +132,7 @@ def _grad_exposed(cfg, wl, comms, timeline, stage, parts, times, sms) -> tuple[f
     ready = bucket_ready(timeline, stage, bucket_s.size) if t.overlap_grad_reduce else np.full(bucket_s.size, end)
     ep_extra = 0.0
     if t.comm_engine == "flow":  # the other kinds' traffic in the reduction's window slows both sides
-        reduction = tuple((g, stage, g_op, n * GRAD_REDUCE_BYTES * factor) for g, g_op, n, factor in parts)
+        reduction = tuple((g, stage, g_op, n * grad_reduce_bytes(t) * factor) for g, g_op, n, factor in parts)
         extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, reduction, float(ready.min()),
                                              stream_end_s(bucket_s, ready))
         bucket_s = np.concatenate([a + x / a.size for a, x in zip(times, extra)])

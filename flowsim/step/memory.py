@@ -88,8 +88,10 @@ def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str,
                   (ACT_BYTES * sb * f * (2 if m.gated else 1) / tp, ("mlp",)),  # fc1 output
                   (ACT_BYTES * sb * f / tp, ("mlp",))]                  # activation output = fc2 input
     if not t.use_flash_attn:
-        # stored scores: softmax output (2 bytes), dropout mask (1) and output (2) = 5 a s^2 b / t
-        parts.append(((2 + 3 * drop) * a * s * s * t.micro_batch_size / tp, ("core_attn",)))
+        # stored scores: softmax output (2 bytes), and with attention dropout its mask (1) and output (2): up to
+        # 5 a s^2 b / t (Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1)
+        attn_drop = 1 if m.attention_dropout > 0 else 0
+        parts.append(((2 + 3 * attn_drop) * a * s * s * t.micro_batch_size / tp, ("core_attn",)))
     return parts
 
 

@@ -25,6 +25,7 @@ from flowsim.config.layout import end_chunks, group_spans, microbatches_per_chun
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import op_times
 from flowsim.kernels.calibration import job_stack
+from flowsim.model.host_costs import block_host_s
 from flowsim.model.workload import build_workload, model_flops_per_token
 from flowsim.step.blocks import block_runs, block_times, ops_frame, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
@@ -73,17 +74,20 @@ def _kernel_stack(cfg: SimConfig, gpu):
 
 
 def _block_kinds(cfg, wl, comms, t_ops, spans, runs) -> tuple:
-    """Times of every block: (dense, MoE) layer kinds with their layer counts, the embedding, the head."""
+    """Times of every block, with each op's host issue time (:func:`flowsim.model.host_costs.block_host_s`):
+    (dense, MoE) layer kinds with their layer counts, the embedding, the head."""
     t, m = cfg.training, cfg.num_microbatches
     L, R, M, RM = wl.chunk_layers, wl.chunk_recompute_layers, wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
-    layer = block_times(wl.layer, t_ops[spans["layer"]], comms, t.tp_comm_overlap, int((L @ runs).max()))
-    kinds = [(layer, L - M, R - RM)]
+
+    def times(name, count):
+        opset = getattr(wl, name)
+        return block_times(opset, t_ops[spans[name]], comms, t.tp_comm_overlap, count,
+                           block_host_s(opset.compute, t, cfg.cluster.cpu))
+
+    kinds = [(times("layer", int((L @ runs).max())), L - M, R - RM)]
     if wl.moe_layer is not None:
-        moe = block_times(wl.moe_layer, t_ops[spans["moe_layer"]], comms, t.tp_comm_overlap, int((M @ runs).max()))
-        kinds.append((moe, M, RM))
-    emb = block_times(wl.embedding, t_ops[spans["embedding"]], comms, t.tp_comm_overlap, m)
-    head = block_times(wl.head, t_ops[spans["head"]], comms, t.tp_comm_overlap, m)
-    return kinds, emb, head
+        kinds.append((times("moe_layer", int((M @ runs).max())), M, RM))
+    return kinds, times("embedding", m), times("head", m)
 
 
 def _passes(cfg: SimConfig, wl, comms: CollectivePricer, t_ops: np.ndarray, spans: dict) -> _Passes:
