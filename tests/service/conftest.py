@@ -35,3 +35,12 @@ def postgres_url():
 def db_url(request) -> str:
     """Each durability test runs on SQLite and on PostgreSQL (skipped without a server)."""
     return request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'postgres'}_url")
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test():
+    """Stop the workers a test started, whatever the test's outcome."""
+    yield
+    from harness import stop_all_workers
+
+    stop_all_workers()

@@ -66,9 +66,22 @@ class Server:
         return httpx.Client(base_url=self.base, headers=headers, timeout=60)
 
 
+_STARTED: list = []
+"""Every worker process a test started (stopped after the test by the autouse fixture in conftest.py)."""
+
+
 def start_worker(db_url: str, *extra) -> subprocess.Popen:
-    return subprocess.Popen(flowsim_cmd("worker", "--db", db_url, "--lease-s", "2", *extra),
+    proc = subprocess.Popen(flowsim_cmd("worker", "--db", db_url, "--lease-s", "2", *extra),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    _STARTED.append(proc)
+    return proc
+
+
+def stop_all_workers() -> None:
+    """Kill every worker a test started and left running (a failed assertion skips the test's own stop), so
+    none outlives its test."""
+    while _STARTED:
+        stop_worker(_STARTED.pop(), signal.SIGKILL)
 
 
 def stop_worker(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
