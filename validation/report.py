@@ -169,7 +169,7 @@ def compare_dataset(data_dir: Path, d: NcclDataset):
 
 
 def run_report(data_dir: str | Path, *, run_ids=None, nccl=NCCL_DATASETS, traces=TRACES,
-               simai: bool = True) -> AccuracyReport:
+               simai: bool = True, progress: bool = False) -> AccuracyReport:
     """Run the data sets (all by default; the keywords select a subset).
 
     Parameters
@@ -184,26 +184,44 @@ def run_report(data_dir: str | Path, *, run_ids=None, nccl=NCCL_DATASETS, traces
         Trace file names in ``traces/`` (default :data:`TRACES`).
     simai : bool, optional
         Include the SimAI example and the AICB log (default True).
+    progress : bool, optional
+        A progress bar on stderr, one step per data set (default off).
 
     Returns
     -------
     AccuracyReport
     """
-    data_dir = Path(data_dir)
+    from flowsim.explore.runner import Progress
+
+    data_dir, nccl, traces = Path(data_dir), tuple(nccl), tuple(traces)
+    with_runs = run_ids is None or bool(tuple(run_ids))
+    bar = Progress(2 * with_runs + len(nccl) + len(traces) + 2 * bool(simai), "report", progress, unit="data set")
     runs = runs_uncalibrated = None
-    if run_ids is None or tuple(run_ids):
+    if with_runs:
         runs = validate_runs(data_dir / RUNS_CSV, only_ids=run_ids)
+        bar.advance(1)
         runs_uncalibrated = validate_runs(data_dir / RUNS_CSV, only_ids=run_ids, calibration="none")
-    comparisons = tuple((d, compare_dataset(data_dir, d)) for d in nccl)
-    trace_results = tuple(validate_trace(data_dir / "traces" / t) for t in traces)
+        bar.advance(1)
+    comparisons = []
+    for d in nccl:
+        comparisons.append((d, compare_dataset(data_dir, d)))
+        bar.advance(1)
+    trace_results = []
+    for name in traces:
+        trace_results.append(validate_trace(data_dir / "traces" / name))
+        bar.advance(1)
+    comparisons, trace_results = tuple(comparisons), tuple(trace_results)
     simai_results = aicb = None
     if simai:
         fields = {**load_preset("clusters", AICB_CLUSTER), "num_gpus": AICB_GPUS}
         aicb = compare_aicb_log(data_dir / AICB_LOG, ClusterConfig(**fields), tp=AICB_TP)
         workload = read_workload(data_dir / SIMAI_WORKLOAD)
         fields = {**load_preset("clusters", SIMAI_CLUSTER), "num_gpus": SIMAI_SYSTEM.num_gpus}
+        bar.advance(1)
         simai_results = (simulate_analytical(workload, SIMAI_SYSTEM),
                          simulate_flowsim(workload, ClusterConfig(**fields)))
+        bar.advance(1)
+    bar.close()
     return AccuracyReport(runs=runs, nccl=comparisons, traces=trace_results, simai=simai_results, aicb=aicb,
                           runs_uncalibrated=runs_uncalibrated)
 

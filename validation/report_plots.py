@@ -5,6 +5,7 @@ Each function draws from the same result objects the report's tables and the CLI
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,9 @@ def nccl_busbw(nccl, path: Path) -> Path:
         ax.plot(r.size_bytes, r.measured_busbw_Bps / GB, "o-", ms=3, label="measured")
         ax.plot(r.size_bytes, r.predicted_busbw_Bps / GB, "s--", ms=3, label="flowsim")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{d.file[:34]} [{d.section}]\n{r.op.iloc[0] if len(r) else ''}, {d.cluster}", fontsize=7)
+        where = d.cluster if d.option("gpu") is None else f"{d.option('gpu')} on {d.cluster}"
+        name = "\n".join(textwrap.wrap(f"{d.file} [{d.section}]", 44, break_on_hyphens=False))
+        ax.set_title(f"{name}\n{r.op.iloc[0] if len(r) else ''}, {where}", fontsize=6)
         ax.tick_params(labelsize=6)
         ax.grid(True, alpha=0.2)
     for ax in axes.flat[n:]:

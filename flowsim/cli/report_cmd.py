@@ -17,8 +17,9 @@ QUICK_TRACE = "tracelens_b200_8rank_vllm_tp8_rank0.json.gz"
               help="The shared data folder (runs CSV, nccl-tests logs, traces, SimAI workload).")
 @click.option("--quick", is_flag=True,
               help="A small subset (3 runs, 1 nccl-tests log, 1 trace, no SimAI) to check the pipeline.")
+@click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
 @user_errors
-def report(out_dir, data_dir, quick):
+def report(out_dir, data_dir, quick, no_progress):
     """Write DIR/ACCURACY.md and DIR/img/*.png from every shipped data set (default DIR: docs).
 
     The figures are those `flowsim validate`, `flowsim validate-nccl`, `flowsim validate-trace` and
@@ -29,8 +30,8 @@ def report(out_dir, data_dir, quick):
     notice_first_compile()
     if quick:
         result = run_report(data_dir, run_ids=QUICK_RUN_IDS, nccl=NCCL_DATASETS[:1], traces=(QUICK_TRACE,),
-                            simai=False)
+                            simai=False, progress=not no_progress)
     else:
-        result = run_report(data_dir, nccl=NCCL_DATASETS, traces=TRACES)
+        result = run_report(data_dir, nccl=NCCL_DATASETS, traces=TRACES, progress=not no_progress)
     for path in write_report(result, out_dir, data_dir):
         click.echo(str(path))
