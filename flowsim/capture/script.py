@@ -98,7 +98,7 @@ class _ScriptRun:
 
 
 def capture_script(argv: list, *, world_size: int, ranks=(0,), step: int | None = None,
-                   local_world_size: int = 8, label: str = ""):
+                   local_world_size: int = 8, label: str = "", progress: bool = False):
     """Run a training script for each of ``ranks`` of a ``world_size`` job and record what it issues.
 
     Parameters
@@ -116,6 +116,8 @@ def capture_script(argv: list, *, world_size: int, ranks=(0,), step: int | None 
         Ranks per node, for ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` (default 8, at most ``world_size``).
     label : str, optional
         Stored with the workload (default: the script's arguments).
+    progress : bool, optional
+        A progress bar on stderr over the ranks, when there are several (default off).
 
     Returns
     -------
@@ -132,7 +134,14 @@ def capture_script(argv: list, *, world_size: int, ranks=(0,), step: int | None 
     target = _target(argv)
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 1):
         raise ConfigError("step", "must be a positive integer", step)
-    stages = [_capture_rank(target, world_size, r, step, local_world_size) for r in ranks]
+    from flowsim.explore.runner import Progress
+
+    bar = Progress(len(ranks), "capture", progress and len(ranks) > 1, unit="rank")
+    stages = []
+    for r in ranks:
+        stages.append(_capture_rank(target, world_size, r, step, local_world_size))
+        bar.advance(1)
+    bar.close()
     return merge_stages(stages, label or " ".join(argv))
 
 

@@ -33,9 +33,10 @@ EXAMPLES = {"gpt-ddp": "ddp", "gpt-fsdp": "fsdp", "gpt-tp-dp": "tp-dp"}
 @click.option("--mbs", type=click.IntRange(min=1), default=2, show_default=True, help="Micro-batch (example).")
 @click.option("--out", type=click.Path(dir_okay=False, writable=True), required=True, help="Workload JSON file.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary instead of text.")
+@click.option("--no-progress", is_flag=True, help="No progress bar on stderr (shown for several --rank).")
 @user_errors
 def capture(script, example, world_size, ranks, step_index, gpus_per_node, tp, layers, hidden, heads, vocab, seq,
-            mbs, out, as_json):
+            mbs, out, as_json, no_progress):
     """Capture one training step of rank RANK of a WORLD-SIZE job on this CPU and save it.
 
     \b
@@ -56,7 +57,7 @@ def capture(script, example, world_size, ranks, step_index, gpus_per_node, tp, l
         from flowsim.capture import capture_script
 
         wl = capture_script(list(script), world_size=world_size, ranks=ranks or (0,), step=step_index,
-                            local_world_size=gpus_per_node)
+                            local_world_size=gpus_per_node, progress=not no_progress)
     else:
         wl = _capture_example(example, world_size, ranks, step_index, tp, layers, hidden, heads, vocab, seq, mbs)
     save(wl, out)
