@@ -163,10 +163,9 @@ def check_output_file(path, field: str) -> None:
         if p.exists():
             with open(p, "ab"):
                 pass
-        else:
-            with open(p, "xb"):
-                pass
-            p.unlink()
+        else:  # a scratch file beside it: creating and removing ``path`` itself would race with (and could
+            # delete the file of) another process creating it at the same moment, as concurrent stores do
+            tempfile.TemporaryFile(dir=parent).close()
     except OSError as e:
         raise ConfigError(field, f"cannot be written ({e.strerror})", str(path)) from None
 
