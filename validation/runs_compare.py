@@ -1,0 +1,182 @@
+"""Predicted against measured step times: the per-row comparison, the error summary figures and the report of
+:func:`flowsim.validation.runs.validate_runs`."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Predicted against measured step time for one row of a runs CSV.
+
+    Attributes
+    ----------
+    id : int
+        Row id (the CSV's ``id`` column).
+    source : str
+        Source key of the row (``source`` column).
+    model : str
+        Model name as the source gives it.
+    gpu : str
+        GPU key.
+    num_gpus : int
+        GPUs in the job.
+    tp, pp, dp, cp : int
+        Parallel layout as simulated.
+    predicted_step_time_s : float
+        flowsim's step time, seconds per optimizer step.
+    measured_step_time_s : float
+        Published step time, seconds per optimizer step.
+    error_pct : float
+        Signed error ``(predicted - measured) / measured * 100``; positive = flowsim is slower.
+    fits_memory : bool
+        Whether flowsim's memory estimate fits the GPU (a run that does not fit is still compared).
+    assumptions : tuple[str, ...]
+        Each empty cell that was filled with a default, as ``"<column>: <what was assumed>"``.
+    family : str
+        Layout family: ``dense`` (TP/PP/CP/DP with all-reduce or the distributed optimizer), ``dense-fsdp``
+        (ZeRO-2/3, FSDP) or ``moe``.
+    """
+
+    id: int
+    source: str
+    model: str
+    gpu: str
+    num_gpus: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    predicted_step_time_s: float
+    measured_step_time_s: float
+    error_pct: float
+    fits_memory: bool
+    assumptions: tuple = ()
+    family: str = "dense"
+
+    @property
+    def layout(self) -> str:
+        """The parallel layout as ``tp/pp/dp/cp``."""
+        return f"{self.tp}/{self.pp}/{self.dp}/{self.cp}"
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """Summary of the signed errors of a set of rows.
+
+    Attributes
+    ----------
+    n : int
+        Rows compared.
+    median_abs_error_pct : float
+        Median of ``|error_pct|``.
+    mape_pct : float
+        Mean of ``|error_pct|`` (mean absolute percentage error).
+    p90_abs_error_pct : float
+        90th percentile of ``|error_pct|`` (linear interpolation between order statistics, numpy's
+        default).
+    spearman : float
+        Spearman rank correlation of predicted and measured step times (``scipy.stats.spearmanr``);
+        NaN for fewer than two rows or when either set of times is constant.
+    """
+
+    n: int
+    median_abs_error_pct: float
+    mape_pct: float
+    p90_abs_error_pct: float
+    spearman: float
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """The outcome of :func:`validate_runs`.
+
+    Attributes
+    ----------
+    rows : tuple[RunComparison, ...]
+        Every simulated row, in file order.
+    summary : ErrorSummary
+        Figures over all simulated rows.
+    by_family : dict[str, ErrorSummary]
+        Summary per layout family (see :class:`RunComparison`).
+    by_source : dict[str, ErrorSummary]
+        The same figures per ``source`` key, in order of first appearance.
+    skipped : tuple[SkippedRun, ...]
+        Every row that was not simulated, with the reason: malformed lines first, then the others in file
+        order.
+    """
+
+    rows: tuple
+    summary: ErrorSummary
+    by_source: dict = field(default_factory=dict)
+    by_family: dict = field(default_factory=dict)
+    skipped: tuple = ()
+
+    def to_dict(self) -> dict:
+        """The stable JSON view (what ``flowsim validate --json`` prints).
+
+        Keys: ``rows`` (each with ``id``, ``predicted_step_time_s``, ``measured_step_time_s``,
+        ``error_pct`` and the other :class:`RunComparison` fields), ``summary`` (``n``,
+        ``median_abs_error_pct``, ``mape_pct``, ``p90_abs_error_pct``, ``spearman``) and ``skipped``
+        (each with ``id`` and ``reason``).
+        """
+        rows = []
+        for r in self.rows:
+            d = asdict(r)
+            d["assumptions"] = list(r.assumptions)
+            rows.append(d)
+        return {
+            "rows": rows,
+            "summary": asdict(self.summary),
+            "skipped": [asdict(s) for s in self.skipped],
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per simulated run, indexed by id, with the :class:`RunComparison` fields as columns."""
+        columns = [f for f in RunComparison.__dataclass_fields__]
+        return pd.DataFrame([asdict(r) for r in self.rows], columns=columns).set_index("id")
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"ValidationReport(n={s.n}, skipped={len(self.skipped)}, "
+                f"median_abs_error_pct={s.median_abs_error_pct:.3g}, mape_pct={s.mape_pct:.3g}, "
+                f"p90_abs_error_pct={s.p90_abs_error_pct:.3g}, spearman={s.spearman:.3g})")
+
+
+def _spearmanr(a, b):
+    """scipy.stats.spearmanr, imported on first use (scipy.stats takes most of a second to import)."""
+    from scipy import stats
+
+    return stats.spearmanr(a, b)
+
+
+def summarize(predicted_s, measured_s) -> ErrorSummary:
+    """Error figures of predicted against measured step times.
+
+    Parameters
+    ----------
+    predicted_s, measured_s : array_like of float, shape (n,)
+        Step times in seconds; ``measured_s`` > 0.
+
+    Returns
+    -------
+    ErrorSummary
+        ``n``, median / mean / 90th percentile of ``|(predicted - measured) / measured| * 100`` and the
+        Spearman rank correlation (NaN figures when ``n`` is 0; NaN Spearman when ``n`` < 2 or either
+        input is constant, where the rank correlation is undefined).
+    """
+    predicted_s = np.asarray(predicted_s, dtype=float)
+    measured_s = np.asarray(measured_s, dtype=float)
+    n = len(measured_s)
+    if n == 0:
+        return ErrorSummary(0, math.nan, math.nan, math.nan, math.nan)
+    abs_err = np.abs((predicted_s - measured_s) / measured_s * 100.0)
+    defined = n >= 2 and np.ptp(predicted_s) > 0 and np.ptp(measured_s) > 0
+    rho = float(_spearmanr(predicted_s, measured_s).statistic) if defined else math.nan
+    return ErrorSummary(n=n, median_abs_error_pct=float(np.median(abs_err)), mape_pct=float(np.mean(abs_err)),
+                        p90_abs_error_pct=float(np.percentile(abs_err, 90)), spearman=rho)
