@@ -87,17 +87,31 @@ class Workload:
     expert_comm_sms: int = 0
 
 
-def _tp_comms(comms, tp, sp, act_bytes, phase):
-    """Collectives around one column-parallel -> row-parallel pair (attention or MLP), one direction."""
+def _tp_comms(comms, tp, sp, act_bytes, phase, col, row):
+    """Collectives around one column-parallel -> row-parallel pair (attention or MLP), one direction.
+
+    ``col`` / ``row``: names of the pair's column- and row-parallel GEMMs (``+``-joined when several read one
+    gathered input). Each sequence-parallel collective names the GEMM it feeds or drains in ``overlap``
+    (``gemm:<name>``, blocking unless ``tp_comm_overlap`` pipelines the two: :mod:`flowsim.step.blocks`): forward,
+    the all-gather before the column-parallel GEMM and the reduce-scatter after the row-parallel one; backward,
+    the all-gather of the output gradient before the row-parallel input-gradient GEMM and the reduce-scatter of
+    the column-parallel input gradient beside the column-parallel weight-gradient GEMM (Transformer Engine's
+    ``bulk`` overlap of ``qkv_dgrad`` / ``fc1_dgrad`` in transformer_engine/pytorch/module/base.py
+    ``initialize_ub``; PyTorch's async TP pipelines it with the input-gradient GEMM, of the same size, whose time
+    the saved input's all-gather already overlaps).
+    """
     if tp == 1:
         return
     if sp:
+        def of(names, suffix):
+            return "+".join(f"{n}.{suffix}" for n in names.split("+"))
+
         if phase in ("fwd", "recompute"):
-            comms.append(comm("tp", "allgather", act_bytes, phase))      # gather the sequence shards
-            comms.append(comm("tp", "reducescatter", act_bytes, phase))  # row-parallel output
+            comms.append(comm("tp", "allgather", act_bytes, phase, overlap=f"gemm:{col}"))      # gather the shards
+            comms.append(comm("tp", "reducescatter", act_bytes, phase, overlap=f"gemm:{row}"))  # row-parallel out
         else:
-            comms.append(comm("tp", "allgather", act_bytes, "bwd"))       # grad of row-parallel output
-            comms.append(comm("tp", "reducescatter", act_bytes, "bwd"))   # grad of column-parallel input
+            comms.append(comm("tp", "allgather", act_bytes, "bwd", overlap=f"gemm:{of(row, 'dgrad')}"))  # grad of out
+            comms.append(comm("tp", "reducescatter", act_bytes, "bwd", overlap=f"gemm:{of(col, 'wgrad')}"))
             comms.append(comm("tp", "allgather", act_bytes, "bwd", overlap="dgrad"))  # saved input for wgrad
     else:
         comms.append(comm("tp", "allreduce", act_bytes, phase))
@@ -173,8 +187,9 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     bias("attn_out", h)
     residual("attn_residual")
+    col = ("q_down+kv_down" if m.q_lora_rank else "q_proj+kv_down") if m.multi_latent_attention else "qkv"
     for ph in passes(full):
-        _tp_comms(comms, tp, sp, act, ph)
+        _tp_comms(comms, tp, sp, act, ph, col, "attn_out")
 
     # MLP block
     norm("post_attn_norm")
@@ -187,8 +202,9 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         mlp_ops(rows, m, tokens, f // tp, dt, rc("mlp"), fusion=fusion)
     if not moe or m.moe_shared_expert_intermediate_size:
         mlp_rc = rc("mlp") if not moe else rc("moe") or rc("shared_experts")
+        prefix = "shared_" if moe else ""
         for ph in passes(mlp_rc):
-            _tp_comms(comms, tp, sp, act, ph)
+            _tp_comms(comms, tp, sp, act, ph, f"{prefix}fc1", f"{prefix}fc2")
     residual("mlp_residual")
 
     if cp > 1:

@@ -5,8 +5,9 @@ its parallel dimensions imply, priced by the step's :class:`flowsim.step.pricer.
 (``fwd``, ``bwd``, ``recompute``) a block costs its compute plus the exposed part of its collectives:
 
 * tensor-parallel collectives block the compute stream, except those that overlap the input-gradient GEMMs
-  (``overlap == "dgrad"``) and, with ``tp_comm_overlap`` (Transformer Engine userbuffers), all of them beside the
-  GEMMs on ``TP_OVERLAP_SMS`` SMs;
+  (``overlap == "dgrad"``) and, with ``tp_comm_overlap`` (Transformer Engine userbuffers, PyTorch async TP), the
+  sequence-parallel ones, each pipelined with the one GEMM it feeds or drains (``overlap == "gemm:<name>"``,
+  :func:`tp_overlapped_s`): a collective longer than its GEMM stays partly exposed;
 * context-parallel transfers run beside the attention kernels (ring attention), except blocking ones;
 * expert all-to-alls (and the ETP / all-gather dispatcher collectives) sit between the router and the experts
   and are exposed, except those marked ``overlap == "shared_expert"`` (``moe_shared_expert_overlap``), which run
@@ -64,6 +65,8 @@ def _compute_parts(opset, t_ops: np.ndarray) -> dict:
     for ph in PHASES:
         sel = phase == ph
         out[ph] = {"all": float(per[sel].sum()), **{k: float(per[sel & m].sum()) for k, m in masks.items()}}
+        gemms = pd.Series(per[sel & masks["gemm"]]).groupby(names[sel & masks["gemm"]].to_numpy()).sum()
+        out[ph]["by_gemm"] = {str(k): float(v) for k, v in gemms.items()}  # seconds of each named GEMM
     return out
 
 
@@ -72,6 +75,7 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
     ones hold; ``count`` (block runs per step) only feeds the report's calls per step."""
     out = dict.fromkeys(("tp_blocking", "tp_dgrad", "cp_total", "cp_blocking", "ep_total", "ep_shared"), 0.0)
     out["dgrad_sms"] = out["cp_sms"] = out["ep_sms"] = 0
+    out["tp_paired"] = []  # (seconds, overlap spec) of the blocking TP collectives tp_comm_overlap can pipeline
     for r in opset.comms:
         if r.phase != phase:
             continue
@@ -91,7 +95,27 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
             out["dgrad_sms"] = max(out["dgrad_sms"], comms.ctas(r.group, r.op, r.size_bytes))
         else:
             out["tp_blocking"] += dt
+            if r.overlap.startswith("gemm"):
+                out["tp_paired"].append((dt, r.overlap))
     return out
+
+
+def tp_overlapped_s(gemm_s: float, comm_s: float, chunks: int, sm_count: int) -> float:
+    """Wall seconds of a GEMM of ``gemm_s`` seconds and the tensor-parallel collective of ``comm_s`` seconds
+    pipelined with it (``tp_comm_overlap``).
+
+    Transformer Engine userbuffers (``ring_exchange`` / ``pipeline`` overlap) and PyTorch's async TP
+    (torch/distributed/_symmetric_memory/__init__.py ``fused_all_gather_matmul``,
+    ``fused_matmul_reduce_scatter``) split the GEMM into ``chunks`` pieces, one per TP rank, and move one shard
+    while the GEMM of another runs. The first piece (the local shard's, for a gather; the first partial product,
+    for a reduce-scatter, whose local piece runs last to hide the last transfer) has no transfer beside it, so
+    its ``gemm_s / chunks`` seconds hide nothing; the rest of the GEMM runs beside the transfers, slowed by the
+    SMs they hold (:data:`TP_OVERLAP_SMS`, :func:`flowsim.step.overlap.overlapped_s`): ``gemm_s / chunks +
+    overlapped_s(gemm_s (chunks - 1) / chunks, comm_s)``. A collective longer than the rest of its GEMM is
+    exposed by the difference.
+    """
+    first = gemm_s / chunks
+    return first + overlapped_s(gemm_s - first, comm_s, TP_OVERLAP_SMS, sm_count)
 
 
 def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int,
@@ -100,17 +124,18 @@ def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overl
     exposed ``tp_``, ``cp_``, ``ep_<phase>`` communication (module docstring); ``t_ops``: seconds of each of the
     block's compute ops, ``count``: runs of the block per step (for the report), ``host_s``: CPU seconds to issue
     each op (none: the GPU never waits for the CPU)."""
-    sm = comms.gpu.sm_count
+    sm, tp_size = comms.gpu.sm_count, comms.groups["tp"][0]
     parts = _compute_parts(opset, t_ops)
     phase = opset.compute["phase"].to_numpy()
     out = {}
     for ph in PHASES:
         c, m = parts[ph], _comm_parts(opset, comms, ph, count)
         out[f"compute_{ph}"], out[f"wgrad_{ph}"] = c["all"], c["wgrad"]
-        if tp_comm_overlap:
-            tp = overlapped_s(c["gemm"], m["tp_blocking"] + m["tp_dgrad"], TP_OVERLAP_SMS, sm) - c["gemm"]
-        else:
-            tp = m["tp_blocking"] + overlapped_s(c["dgrad"], m["tp_dgrad"], m["dgrad_sms"], sm) - c["dgrad"]
+        tp = m["tp_blocking"] + overlapped_s(c["dgrad"], m["tp_dgrad"], m["dgrad_sms"], sm) - c["dgrad"]
+        if tp_comm_overlap:  # each sequence-parallel collective pipelined with the GEMM it feeds or drains
+            for dt, spec in m["tp_paired"]:
+                g = sum(c["by_gemm"].get(n, 0.0) for n in spec.split(":", 1)[1].split("+"))
+                tp += tp_overlapped_s(g, dt, tp_size, sm) - g - dt
         out[f"tp_{ph}"] = tp
         out[f"cp_{ph}"] = m["cp_blocking"] + overlapped_s(c["attn"], m["cp_total"], m["cp_sms"], sm) - c["attn"]
         out[f"ep_{ph}"] = m["ep_total"] + overlapped_s(c["shared"], m["ep_shared"], m["ep_sms"], sm) - c["shared"]
