@@ -5,7 +5,7 @@ Each measured figure is predicted with that figure removed, in two modes:
 ``same_gpu``
     From the GPU's other measurements. GEMM: the MAMF of one dtype from the GPU's ceiling for the other dtype
     (GPUs with both bf16 and fp8 rows). Attention: each point of a sequence-length series from its neighbours
-    (interpolation in log2(seq), the nearest value held at the ends).
+    (interpolation in log2(seq), the nearest value held at the ends; single anchor points are not predicted).
 ``shape``
     GEMM only: every non-ceiling shape of table ``gemm_release`` from the ceiling of its own GPU and release
     (the fastest shape measured on that stack): the tile, wave and latency model against measured shapes.
@@ -103,6 +103,8 @@ def _attention_loo() -> list:
     t = load_table("flash_attention")
     out = []
     for (gpu, impl, pass_, causal, hd), s in t.groupby(["gpu", "impl", "pass", "causal", "head_dim"]):
+        if len(s) < 2:  # an anchor point (GB200 FA2) has no neighbours to predict it from
+            continue
         s = s.sort_values("seq_len")
         x, y = np.log2(s.seq_len.to_numpy(float)), s.tflops.to_numpy(float)
         for i in range(len(s)):

@@ -1,17 +1,31 @@
-"""FlashAttention efficiency, interpolated from the measured FlashAttention-2/3 tables.
+"""Fused-attention efficiency, interpolated from the measured FlashAttention-2/3 and cuDNN tables.
 
 FLOP convention (flash-attention ``benchmarks/benchmark_flash_attention.py``): the forward pass of one
 attention is ``f = 4 * batch * heads * seq_q * seq_k * head_dim``, halved when causal; the backward pass is
 ``2.5 f`` and forward+backward ``3.5 f``. A table figure T (TFLOP/s) therefore means time = FLOP / T.
 
-Per measured GPU, implementation (``fa2``, ``fa3``), pass (``fwd``, ``bwd``) and causal flag the model holds a
-grid of efficiencies ``T / peak_fp16`` over head dim x sequence length, from the ``flash_attention`` table:
+Implementations (``IMPLS``): ``fa2`` (FlashAttention-2, also what PyTorch SDPA's flash backend runs), ``fa3``
+(FlashAttention-3, Hopper only) and ``cudnn`` (cuDNN fused attention, what Transformer Engine runs on Hopper and
+Blackwell: :func:`flowsim.kernels.stack.attention_kernel`). Per measured GPU, implementation, pass (``fwd``,
+``bwd``) and causal flag the model holds a grid of efficiencies ``T / peak_fp16`` over head dim x sequence
+length, from the ``flash_attention`` table:
 
-- ``fwd``: the forward table where one exists (FlashAttention-3 figure on H100, which also carries FA2);
+- ``fwd``: the forward table where one exists (H100: FA2, FA3 and cuDNN, from the FlashAttention-3 figure);
   otherwise (A100) the fwd+bwd throughput (assumption: both passes run at the combined rate).
 - ``bwd``: derived from fwd+bwd and fwd throughputs: ``T_bwd = 2.5 / (3.5 / T_fwd_bwd - 1 / T_fwd)``
   (time of fwd+bwd minus time of fwd); where no forward figure exists, the fwd+bwd throughput.
-- ``fa3`` has no backward measurement: its ``bwd`` grid is the ``fa2`` one (assumption).
+- ``fa3`` and ``cudnn`` have no backward measurement: their ``bwd`` grid is the ``fa2`` one (assumption).
+- A GPU measured at a few points only (GB200 FA2: one fwd+bwd figure, Azure) is an *anchor*: its grids are those
+  of the fully measured GPU the cross-GPU rule picks for it (:mod:`flowsim.kernels.reference`), times the
+  geometric mean over its points of measured / that grid's fwd+bwd efficiency (the shape over head dim and
+  sequence length is borrowed, the level is its own). FlashAttention-2 on GB200 reaches 374 TFLOP/s, 0.15 of
+  its peak, against 0.34 for the same point on H100: FA2's SM80 code path does not use Blackwell's tcgen05
+  tensor cores.
+
+A GPU with no rows of an implementation takes the grids of the measured GPU the cross-GPU rule picks among
+those that have them (Blackwell ``cudnn``: H100's cuDNN figures scaled by the peak ratio, the FA3-class
+assumption that a warp-specialised, asynchronous kernel keeps the same fraction of the tensor-core peak on
+the next generation; no Blackwell cuDNN or FlashAttention-4 measurement is in the shared data).
 
 An op's efficiency is interpolated linearly in log2(seq_k) within each measured head dim, then linearly in
 head dim; outside the measured range (512..16384 tokens, head dims 64..128 or 64..256) the nearest edge value
@@ -29,7 +43,7 @@ from flowsim.kernels.reference import Candidate, Reference, choose_reference
 from flowsim.kernels.tables import load_table
 from flowsim.units import TFLOP
 
-IMPLS = ("fa2", "fa3")
+IMPLS = ("fa2", "fa3", "cudnn")
 # flash-attention benchmarks/benchmark_flash_attention.py: bwd = 2.5 x fwd FLOPs, fwd+bwd = 3.5 x fwd FLOPs.
 BWD_FLOP_RATIO = 2.5
 FWD_BWD_FLOP_RATIO = 3.5
@@ -55,11 +69,23 @@ def attention_bytes(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, 
 
 
 @functools.lru_cache(maxsize=None)
-def attention_reference(gpu: GPUSpec) -> Reference:
-    """The measured GPU whose FlashAttention tables price attention on ``gpu``."""
-    keys = sorted(set(load_table("flash_attention")["gpu"]))
+def attention_reference(gpu: GPUSpec, impl: str = "fa2") -> Reference:
+    """The measured GPU whose ``impl`` attention tables price attention on ``gpu`` (the GPUs measured with
+    ``impl``, anchors included, picked by the cross-GPU rule)."""
+    t = load_table("flash_attention")
+    return _choose(gpu, sorted(set(t["gpu"][t["impl"] == impl])))
+
+
+def _choose(gpu: GPUSpec, keys: list) -> Reference:
     cands = [Candidate.of_gpu(get_gpu(k), get_gpu(k).peak(MEASURED_DTYPE)) for k in keys]
     return choose_reference(gpu, fp16_peak(gpu), cands, "flash_attention", MEASURED_DTYPE)
+
+
+def _full_grid_gpus(impl: str) -> list:
+    """GPUs with ``impl`` rows for both causal flags (a full grid, not an anchor)."""
+    t = load_table("flash_attention")
+    t = t[t["impl"] == impl]
+    return sorted(k for k, sub in t.groupby("gpu") if set(sub["causal"]) == {0, 1})
 
 
 def fp16_peak(gpu: GPUSpec) -> float:
@@ -78,6 +104,10 @@ def efficiency_grid(measured_key: str, impl: str, pass_: str, causal: bool):
     eff : float64[n_hd, n_seq]
         Achieved / fp16 peak of the measured GPU.
     """
+    if measured_key not in _full_grid_gpus(impl):
+        base = _choose(get_gpu(measured_key), _full_grid_gpus(impl)).measured
+        head_dims, log2_seq, eff = efficiency_grid(base, impl, pass_, causal)
+        return head_dims, log2_seq, eff * anchor_scale(measured_key, base, impl)
     t = load_table("flash_attention")
     t = t[(t["gpu"] == measured_key) & (t["causal"] == int(causal))]
     peak_tflops = get_gpu(measured_key).peak(MEASURED_DTYPE) / TFLOP
@@ -89,9 +119,9 @@ def efficiency_grid(measured_key: str, impl: str, pass_: str, causal: bool):
     fwd_bwd = table("fa2", "fwd_bwd")
     if pass_ == "fwd":
         fwd = table(impl, "fwd")
-        assert impl == "fa2" or not fwd.empty, "op_times admits fa3 only on Hopper, whose reference has FA3 rows"
+        assert impl == "fa2" or not fwd.empty, "fa3 and cudnn are priced from GPUs with their forward rows"
         grid = fwd if not fwd.empty else fwd_bwd
-    else:  # FA3 has no backward measurement: both implementations use FA2's backward
+    else:  # FA3 and cuDNN have no backward measurement: every implementation uses FA2's backward
         fwd = table("fa2", "fwd")
         common = fwd_bwd.index.intersection(fwd.index)
         grid = fwd_bwd.copy()
@@ -124,3 +154,24 @@ def interpolate_efficiency(grid, head_dim, seq_k) -> np.ndarray:
     w = (hd - head_dims[lo]) / (head_dims[hi] - head_dims[lo])
     cols = np.arange(x.size)
     return per_hd[lo, cols] * (1 - w) + per_hd[hi, cols] * w
+
+
+@functools.lru_cache(maxsize=None)
+def anchor_scale(anchor_key: str, base_key: str, impl: str) -> float:
+    """Level of an anchor GPU's ``impl`` attention over its base GPU's: geometric mean over the anchor's
+    (fwd+bwd) rows of measured efficiency / the base's fwd+bwd efficiency at the same head dim, sequence length
+    and mask (module docstring)."""
+    t = load_table("flash_attention")
+    own = t[(t["gpu"] == anchor_key) & (t["impl"] == impl)]
+    assert (own["pass"] == "fwd_bwd").all(), "anchor rows are fwd+bwd figures"
+    base = t[(t["gpu"] == base_key) & (t["impl"] == impl) & (t["pass"] == "fwd_bwd")]
+    peak_own = get_gpu(anchor_key).peak(MEASURED_DTYPE) / TFLOP
+    peak_base = get_gpu(base_key).peak(MEASURED_DTYPE) / TFLOP
+    ratios = []
+    for r in own.itertuples():
+        sub = base[base["causal"] == r.causal]
+        grid = sub.pivot(index="head_dim", columns="seq_len", values="tflops").astype(float)
+        eff = interpolate_efficiency((grid.index.to_numpy(float), np.log2(grid.columns.to_numpy(float)),
+                                      grid.to_numpy() / peak_base), [r.head_dim], [r.seq_len])[0]
+        ratios.append((r.tflops / peak_own) / eff)
+    return float(np.exp(np.mean(np.log(ratios))))

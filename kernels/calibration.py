@@ -35,7 +35,7 @@ import yaml
 
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
-from flowsim.kernels.stack import KernelStack, release, releases
+from flowsim.kernels.stack import KernelStack, attention_kernel, release, releases
 
 SCHEMA = "flowsim-calibration-profile/1"
 DEFAULT_PROFILE = Path(__file__).resolve().parent / "data" / "calibration_default.yaml"
@@ -229,11 +229,13 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     -------
     KernelStack
         ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family); 1 without a
-        profile, a release, or a fitted value for that pair.
+        profile, a release, or a fitted value for that pair. ``attention_impl`` = the kernel the release runs
+        on ``gpu.arch`` (:func:`flowsim.kernels.stack.attention_kernel`).
     """
     if not software_release and framework_version.strip().lower() in releases().index:
         software_release = framework_version
     scale = 1.0
     if calibration_on(calibration) and software_release:
         scale = load_profile(calibration).value("gemm_fraction", gpu.arch, release(software_release).family)
-    return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale)
+    return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale,
+                       attention_impl=attention_kernel(software_release, gpu.arch))

@@ -150,7 +150,7 @@ def _attention_rows() -> pd.DataFrame:
             "batch": t.batch, "heads": t.heads, "seq_q": t.seq_len, "seq_k": t.seq_len, "head_dim": t.head_dim,
             "causal": t.causal.astype(bool), "flops": flops, "bytes": nbytes, "time_s": flops / rate,
             "achieved_flop_per_s": rate, "achieved_Bps": nbytes * rate / flops, "bottleneck": "compute",
-            "source": t.source, "date": "",
+            "source": t.source, "date": releases().loc[t["stack"], "date"].to_numpy(), "stack": t["stack"],
         }
     )
 

@@ -5,7 +5,8 @@
 - GEMM ``eff_c`` = measured ceiling (of the job's software release) x tile and wave quantisation x power
   derate x calibrated GEMM multiplier, and ``latency`` = the measured fixed time of a GEMM launch
   (flowsim.kernels.gemm, flowsim.kernels.stack, flowsim.kernels.power),
-- attention ``eff_c`` = FlashAttention table interpolated on log(seq_k) and head dim (flowsim.kernels.attention)
+- attention ``eff_c`` = the attention table of the job's implementation (FlashAttention-2/3 or cuDNN: the
+  kernel its software release runs) interpolated on log(seq_k) and head dim (flowsim.kernels.attention)
   x power derate,
 - ``eff_m`` = measured stream efficiency (flowsim.kernels.memory), for every kind; ``memory`` rows have only this
   term (their ``flops`` are reported, not priced) and the fixed time of a memory-bound launch as ``latency``
@@ -51,7 +52,7 @@ from flowsim.units import DTYPE_BYTES
 # 1.344 us and 1.984 us minima). A launch takes at least this long on the GPU.
 KERNEL_MIN_TIME_S = 0.896e-6
 
-def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
+def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = None,
              stack: KernelStack | None = None, *, trusted: bool = False) -> np.ndarray:
     """Seconds for one launch of each op in an op table, vectorised.
 
@@ -61,9 +62,11 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
         Op table, schema in :mod:`flowsim.kernels.ops` (``OP_COLUMNS``).
     gpu : GPUSpec
         The GPU (``flowsim.gpu_specs.get_gpu``).
-    attention_impl : {"fa2", "fa3"}
-        FlashAttention implementation whose measurements price attention rows; ``fa3`` needs a Hopper GPU
-        (its forward table; its backward uses FA2's, which is all that was measured).
+    attention_impl : {"fa2", "fa3", "cudnn"}, optional
+        Attention implementation whose measurements price attention rows (:mod:`flowsim.kernels.attention`);
+        ``fa3`` needs a Hopper GPU, ``cudnn`` an NVIDIA one (their forward tables; their backward uses FA2's,
+        which is all that was measured). Default: the stack's (``KernelStack.attention_impl``: the kernel the
+        job's software release runs on its GPU generation), ``fa2`` for the default stack.
     stack : KernelStack, optional
         Software release, power limit and calibrated GEMM multiplier of the job; default
         :data:`~flowsim.kernels.stack.DEFAULT_STACK`.
@@ -92,7 +95,7 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
     return _price(ops, gpu, attention_impl, stack, trusted)["time_s"]
 
 
-def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
+def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = None,
                  stack: KernelStack | None = None) -> pd.DataFrame:
     """Like :func:`op_times`, with the roofline terms: one row per op, index of ``ops``.
 
@@ -102,7 +105,7 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str = "fa2",
         Op table, schema in :mod:`flowsim.kernels.ops`.
     gpu : GPUSpec
         The GPU.
-    attention_impl : {"fa2", "fa3"}
+    attention_impl : {"fa2", "fa3", "cudnn"}, optional
         As in :func:`op_times`.
     stack : KernelStack, optional
         As in :func:`op_times`.
@@ -140,16 +143,19 @@ def _trusted_columns(ops: pd.DataFrame) -> dict:
     return out
 
 
-def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str, stack: KernelStack | None,
+def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None, stack: KernelStack | None,
            trusted: bool = False) -> dict:
     """Roofline terms of every op: dict of float64 arrays time_s, compute_s, memory_s, latency_s, flops, bytes."""
     stack = DEFAULT_STACK if stack is None else stack
     if not isinstance(stack, KernelStack):
         raise ConfigError("stack", "must be a flowsim.kernels.KernelStack", type(stack).__name__)
+    attention_impl = attention_impl or stack.attention_impl or "fa2"
     if attention_impl not in attn.IMPLS:
         raise ConfigError("attention_impl", f"must be one of {', '.join(attn.IMPLS)}", attention_impl)
     if attention_impl == "fa3" and gpu.arch != "hopper":
         raise ConfigError("attention_impl", "FlashAttention-3 runs on Hopper GPUs only", f"fa3 on {gpu.key}")
+    if attention_impl == "cudnn" and gpu.vendor != "nvidia":
+        raise ConfigError("attention_impl", "cuDNN attention runs on NVIDIA GPUs only", f"cudnn on {gpu.key}")
     a = _trusted_columns(ops) if trusted else validate_ops(ops)
     kind = a["kind"]
     terms_cols = ("compute_s", "memory_s", "latency_s", "flops", "bytes")
@@ -226,7 +232,7 @@ def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs, stack):
     bwd = pass_ == "bwd"
     flops = _given_or(a, "flops", rows, attn.attention_flops(b, h, sq, sk, d, causal, bwd))
     nbytes = _given_or(a, "bytes", rows, attn.attention_bytes(b, h, hkv, sq, sk, d, DTYPE_BYTES[dtype], bwd))
-    ref = attn.attention_reference(gpu)
+    ref = attn.attention_reference(gpu, impl)
     refs.append(ref)
     eff = np.empty(rows.size)
     for c in (False, True):
@@ -234,7 +240,7 @@ def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs, stack):
         if sel.any():
             grid = attn.efficiency_grid(ref.measured, impl, pass_, c)
             eff[sel] = attn.interpolate_efficiency(grid, d[sel], sk[sel])
-    # FlashAttention was measured in fp16/bf16; fp8 rows are priced at that rate (no fp8 measurement).
+    # Attention was measured in fp16/bf16; fp8 rows are priced at that rate (no fp8 measurement).
     rate = attn.fp16_peak(gpu) * clock_fraction(gpu, ref.measured, stack.power_limit_w)
     return flops / (rate * eff), nbytes / mem_Bps, np.zeros(rows.size), flops, nbytes
 
@@ -291,7 +297,7 @@ def attention_time(
     kv_heads: int = 0,
     causal: bool = False,
     backward: bool = False,
-    attention_impl: str = "fa2",
+    attention_impl: str | None = None,
 ) -> float:
     """Seconds for one FlashAttention forward (or backward, ``backward=True``) launch; see :func:`op_times`.
 
@@ -313,8 +319,8 @@ def attention_time(
         Causal mask (half the FLOP of a full mask).
     backward : bool
         Price the backward pass (2.5x the forward FLOP) instead of the forward.
-    attention_impl : {"fa2", "fa3"}
-        As in :func:`op_times`.
+    attention_impl : {"fa2", "fa3", "cudnn"}, optional
+        As in :func:`op_times` (default ``fa2``).
 
     Returns
     -------
@@ -350,7 +356,7 @@ def memory_time(nbytes: float, gpu: GPUSpec) -> float:
     return float(op_times(ops, gpu)[0])
 
 
-def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None) -> list[Reference]:
+def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None, attention_impl: str = "fa2") -> list[Reference]:
     """Which measured GPU prices each op kind on ``gpu`` (GEMM ceilings and latency, attention, memory).
 
     Parameters
@@ -359,6 +365,8 @@ def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None) -> list[Referen
         The GPU.
     dtypes : tuple of str, optional
         GEMM dtypes to report; default: bf16 and fp8 where the GPU has them (fp16 on a GPU without bf16).
+    attention_impl : {"fa2", "fa3", "cudnn"}
+        Attention implementation whose reference is reported.
 
     Returns
     -------
@@ -368,4 +376,4 @@ def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None) -> list[Referen
     if dtypes is None:
         dtypes = tuple(d for d in ("bf16", "fp8") if d in gpu.peak_flop_per_s) or ("fp16",)
     refs = [gemm_reference(gpu, dt) for dt in dtypes] + [latency_reference(gpu)]
-    return refs + [attn.attention_reference(gpu), memory_reference(gpu), memory_latency_reference(gpu)]
+    return refs + [attn.attention_reference(gpu, attention_impl), memory_reference(gpu), memory_latency_reference(gpu)]

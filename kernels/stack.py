@@ -11,7 +11,18 @@ none is older), with a :class:`~flowsim.errors.FlowsimWarning` whenever it is no
 ``software_releases`` columns: ``release`` (key, lower case: framework releases as the runs schema v2 writes
 them, and the benchmark stacks the kernel tables were measured on), ``date`` (``YYYY-MM``), ``family``
 (software family that calibration parameters are keyed on; ``benchmark`` for a kernel-benchmark stack),
-``stack`` (what the release contains), ``source``.
+``stack`` (what the release contains), ``attention`` (the attention library it calls: ``te`` = Transformer
+Engine, ``fa2`` = FlashAttention-2 or PyTorch SDPA's flash backend; :func:`attention_kernel`), ``source``.
+
+Attention kernel of a release on a GPU generation (:func:`attention_kernel`): Transformer Engine runs cuDNN
+fused attention on Blackwell, where FlashAttention-2's SM80 code path reaches only 0.15 of the peak (Azure
+GB200, 374 TFLOP/s, table ``flash_attention``) and FlashAttention-3 does not run. On Hopper TE chose between
+FlashAttention-2 and cuDNN depending on its version (later releases prefer cuDNN: "Disabling FlashAttention to
+give FusedAttention preference on Hopper+", TE ``get_attention_backend``, recalled); flowsim prices TE on
+Hopper with FlashAttention-2, which the measured steps support: the H100 long-sequence runs (NeMo 24.03, 90 %
+of the modelled time in attention) are within 2 % with FA2's tables and 8-11 % too fast with cuDNN's forward,
+and with cuDNN on Hopper the leave-one-source-out error of ``flowsim calibrate`` is 11.0 % against 10.5 %
+(docs/CALIBRATION.md). FlashAttention-2 and SDPA run FA2 everywhere.
 """
 from __future__ import annotations
 
@@ -26,17 +37,23 @@ from flowsim.errors import ConfigError
 from flowsim.kernels.tables import DATA_DIR, read_measurement_csv
 
 RELEASES_FILE = "software_releases.csv"
+ATTENTION_LIBRARIES = ("te", "fa2")
+"""Values of the ``attention`` column (module docstring)."""
+TE_CUDNN_ARCHS = ("blackwell",)
+"""GPU generations on which flowsim prices Transformer Engine's attention with cuDNN (module docstring)."""
 _DATE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 @dataclass(frozen=True)
 class Release:
-    """One row of ``software_releases``: ``key``, ``date`` (``YYYY-MM``), ``family``, ``stack``, ``source``."""
+    """One row of ``software_releases``: ``key``, ``date`` (``YYYY-MM``), ``family``, ``stack``, ``attention``,
+    ``source``."""
 
     key: str
     date: str
     family: str
     stack: str
+    attention: str
     source: str
 
 
@@ -53,6 +70,9 @@ def releases() -> pd.DataFrame:
     for r in t.itertuples():
         if not _DATE.match(str(r.date)):
             raise ConfigError(f"{RELEASES_FILE}: date", "must be YYYY-MM", f"{r.date!r} for {r.release}")
+        if r.attention not in ATTENTION_LIBRARIES:
+            raise ConfigError(f"{RELEASES_FILE}: attention", f"must be one of {', '.join(ATTENTION_LIBRARIES)}",
+                              f"{r.attention!r} for {r.release}")
     dup = t["release"][t["release"].duplicated()]
     if len(dup):
         raise ConfigError(f"{RELEASES_FILE}: release", "listed twice", dup.iloc[0])
@@ -73,7 +93,16 @@ def release(key: str) -> Release:
         known = ", ".join(t.index[t["family"] != "benchmark"])
         raise ConfigError("software_release", f"unknown release; known: {known}", key)
     r = t.loc[k]
-    return Release(r["release"], r["date"], r["family"], r["stack"], r["source"])
+    return Release(r["release"], r["date"], r["family"], r["stack"], r["attention"], r["source"])
+
+
+def attention_kernel(release_key: str, arch: str) -> str:
+    """The attention implementation (:data:`flowsim.kernels.attention.IMPLS`) that release ``release_key`` runs
+    on GPU generation ``arch``: ``cudnn`` for Transformer Engine on Blackwell, ``fa2`` otherwise (module
+    docstring); ``""`` for no release (the default stack)."""
+    if not release_key:
+        return ""
+    return "cudnn" if release(release_key).attention == "te" and arch in TE_CUDNN_ARCHS else "fa2"
 
 
 @dataclass(frozen=True)
@@ -92,11 +121,15 @@ class KernelStack:
     gemm_scale : float
         Calibrated sustained-GEMM multiplier on the GEMM compute ceiling (a calibration profile's
         ``gemm_fraction`` for this GPU generation and software family; 1 = uncalibrated), > 0.
+    attention_impl : str
+        Attention implementation the job's kernels run (``fa2``, ``fa3``, ``cudnn``: :func:`attention_kernel`
+        of the release and GPU generation); ``""`` = ``fa2``.
     """
 
     release: str = ""
     power_limit_w: float = 0.0
     gemm_scale: float = 1.0
+    attention_impl: str = ""
 
     def __post_init__(self):
         if self.release:

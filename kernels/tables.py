@@ -18,9 +18,10 @@ Tables (one CSV each; units in the column names):
     The fixed time of a memory-bound launch per GPU, derived from the memory-bound kernels of a profiler trace
     (:func:`flowsim.kernels.ingest.memory_latency_fit`). Columns: gpu, latency_us, kernels, source.
 ``flash_attention``
-    FlashAttention-2/3 throughput by implementation, pass (``fwd`` or ``fwd_bwd``), causal flag, head dim and
-    sequence length (batch = 16384 / seq_len, heads = 2048 / head_dim). Columns: gpu, impl, pass, causal,
-    head_dim, seq_len, batch, heads, tflops, source.
+    Fused-attention throughput by implementation (``fa2``, ``fa3``, ``cudnn``), pass (``fwd`` or ``fwd_bwd``),
+    causal flag, head dim and sequence length (batch = 16384 / seq_len, heads = 2048 / head_dim), with the
+    benchmark stack it was measured on (a ``software_releases`` key). Columns: gpu, impl, pass, causal,
+    head_dim, seq_len, batch, heads, tflops, stack, source.
 ``hbm_stream``
     Stream-like device-memory bandwidth (init, read, scale, triad) per device with the datasheet figure it is
     measured against. Columns: device, gpu (a flowsim key, or empty for devices flowsim does not list), arch,

@@ -287,7 +287,11 @@ def test_cross_gpu_references_are_reported():
     assert refs["flash_attention", "fp16"].measured == "h100-sxm"
     assert refs["hbm_stream", "-"].rule == "own measurement"
     b200 = {(r.table, r.dtype): r for r in kernel_references(get_gpu("b200"))}
-    assert b200["flash_attention", "fp16"].rule == "same vendor (nvidia)"
+    assert (b200["flash_attention", "fp16"].measured, b200["flash_attention", "fp16"].rule) == (
+        "gb200", "same architecture (blackwell)")  # FA2: the GB200 anchor (tests/test_kernels_attention.py)
+    b200_cudnn = {r.table: r for r in kernel_references(get_gpu("b200"), attention_impl="cudnn")}
+    assert (b200_cudnn["flash_attention"].measured, b200_cudnn["flash_attention"].rule) == (
+        "h100-sxm", "same vendor (nvidia)")
     # H200 and H100 have the same bf16 peak and SM count: compute-bound GEMMs take the same time.
     h200, h100 = get_gpu("h200"), get_gpu("h100-sxm")
     assert gemm_time(8192, 8192, 8192, "bf16", h200) == gemm_time(8192, 8192, 8192, "bf16", h100)

@@ -16,7 +16,7 @@ def test_seed_db_schema_and_rows():
     counts = db.groupby("op").size().to_dict()
     # 14 MAMF + 43 release-dated (Azure cuBLASLt shapes) + 3 latency GEMM rows; 48 FA2 fwd+bwd rows (A100, H100);
     # 72 H100 forward rows (FA2, FA3); 9 devices x 4 stream kernels
-    assert counts == {"gemm": 60, "attn_fwd_bwd": 48, "attn_fwd": 72, "memory": 36}
+    assert counts == {"gemm": 60, "attn_fwd_bwd": 49, "attn_fwd": 108, "memory": 36}
     assert db["source"].str.len().min() > 20
     h100 = db[(db.op == "gemm") & (db.gpu == "h100-sxm") & (db.dtype == "bf16")].iloc[0]
     # 2*2048*2048*13312 FLOP at 794.5 TFLOP/s
@@ -133,9 +133,9 @@ def test_cli_show_and_accuracy():
     res = _run("show", "--gpu", "b200", "--json")
     out = json.loads(res.output)
     assert {r["table"]: r["measured"] for r in out["references"]} == {
-        "gemm_mamf": "b200", "gemm_latency": "b200", "flash_attention": "h100-sxm", "hbm_stream": "h200",
-        "memory_latency": "b200"}
-    assert {r["gpu"] for r in out["rows"]} == {"b200", "h100-sxm", "h200"}
+        "gemm_mamf": "b200", "gemm_latency": "b200", "flash_attention": "gb200", "hbm_stream": "h200",
+        "memory_latency": "b200"}  # FlashAttention-2 on Blackwell: the GB200 anchor (tests/test_kernels_attention.py)
+    assert {r["gpu"] for r in out["rows"]} == {"b200", "gb200", "h200"}
     res = _run("accuracy", "--json")
     summary = json.loads(res.output)["summary"]
     assert {(s["kind"], s["mode"]) for s in summary} == set(LOO_BOUNDS)
