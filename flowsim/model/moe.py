@@ -4,7 +4,16 @@ Follows Megatron-LM's MoE layer (``core/transformer/moe``) with its all-to-all, 
 HybridEP) token dispatcher (``moe_token_dispatcher_type``): each GPU routes its own tokens (the sequence shard
 with sequence parallelism), the dispatcher brings every token to the GPUs holding its experts, each GPU runs
 its ``E / ep`` local experts as one grouped GEMM per projection, and the outputs go back the same way, which
-the backward pass mirrors. Every expert receives ``tokens * topk / E`` of each rank's tokens on average; the
+the backward pass mirrors.
+
+A grouped GEMM is one GEMM launch per local expert, each tiled and wave-quantised on its own: Megatron-core's
+``TEGroupedMLP`` runs Transformer Engine's ``GroupedLinear``, whose ``general_grouped_gemm`` has only the
+multi-stream cuBLAS backend (one cuBLAS GEMM per expert, spread over TE's compute streams; TE 2.8
+``csrc/extensions/gemm.cpp`` ``te_general_grouped_gemm``: "For now, we only have multi-stream cublas backend").
+Few tokens per expert thus give each launch few output tiles and a poorly filled last wave, and every expert
+pays its own launch latency and host issue time. Launches of different streams running side by side (which
+can fill part of a launch's last wave with the next one's tiles) are not modelled: an upper bound of at
+most one wave per launch. Every expert receives ``tokens * topk / E`` of each rank's tokens on average; the
 busiest expert-parallel rank, which sets the pace, gets :func:`imbalance_factor` times that; a capacity factor
 caps these counts, and padding to capacity fixes them (:func:`expert_tokens`).
 
@@ -258,9 +267,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
         comms.extend(comm(group, op, size, ph, overlap) for group, op, size in dispatch)
 
     def grouped(name, mm, nn, kk, phase):
-        row = gemm(name, mm, nn, kk, dt, phase)
-        row.update(batch=local, flops=row["flops"] * local, bytes=row["bytes"] * local)
-        rows.append(row)
+        rows.append(gemm(name, mm, nn, kk, dt, phase, count=local))  # one GEMM launch per local expert
 
     for ph in ("fwd",) + (("recompute",) if full else ()):
         grouped("expert_fc1", per_expert, fc1_out, h, ph)
