@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from flowsim.model.host_costs import graphed_host_s
-from flowsim.step.host import block_terms, issue_timeline, repeated_block_end_s, steady_run_s
+from flowsim.step.host import (PassHost, block_terms, issue_timeline, pass_host, repeated_block_end_s,
+                               segment_terms)
+from flowsim.step.schedule import simulate_pipeline
 
 US = 1e-6
 
@@ -79,7 +81,6 @@ def test_block_terms_over_several_blocks():
     assert t.host_s == pytest.approx([2 * US, 15 * US])
     assert t.gpu_s == pytest.approx([8 * US, 3 * US])
     assert t.span_s == pytest.approx([9 * US, 16 * US])
-    assert steady_run_s(t.gpu_s, t.host_s) == pytest.approx([8 * US, 15 * US])
     assert repeated_block_end_s(t, [0, 3]) == pytest.approx([0.0, 16 * US + 2 * 15 * US])
     with pytest.raises(ValueError, match="offsets"):
         block_terms(h, g, [0, 2, 4])
@@ -145,26 +146,151 @@ def _layer(**kw):
                                                                                      group_spans(cfg.training))
 
 
-def test_block_times_with_host_costs():
-    from flowsim.model.host_costs import block_host_s
-    from flowsim.step.blocks import block_times, pass_s
+def test_block_times_are_gpu_side_only():
+    # the block times hold no CPU time: the step core runs each stage's CPU through the schedule
+    cfg, wl, ops, spans, t, comms = _layer(framework="torchtitan")
+    from flowsim.step.blocks import block_times
 
-    cfg, wl, ops, spans, t, comms = _layer(framework="torchtitan")  # eager PyTorch, x86 host
-    plain = block_times(wl.layer, t, comms, False, 1)
-    host = block_host_s(wl.layer.compute, cfg.training, cfg.cluster.cpu)
-    assert block_times(wl.layer, t, comms, False, 1, np.zeros_like(host)) == plain  # no CPU time: unchanged
-    timed = block_times(wl.layer, t, comms, False, 1, host)
-    phase = wl.layer.compute["phase"].to_numpy()
-    for ph in ("fwd", "bwd"):  # each run takes the longer of the stream's and the CPU's seconds
-        assert pass_s(timed, ph) == pytest.approx(max(pass_s(plain, ph), host[phase == ph].sum()))
-    # a small layer's forward kernels are shorter than their issue from Python: the CPU sets the pace
-    assert pass_s(timed, "fwd") == pytest.approx(host[phase == "fwd"].sum())
-    assert pass_s(timed, "fwd") > pass_s(plain, "fwd")
-    # kernels longer than their issue: the host model changes nothing
-    assert block_times(wl.layer, t, comms, False, 1, host * 1e-3) == plain
-    # no framework profile, no host model
-    cfg0, *_ = _layer()
-    assert block_host_s(wl.layer.compute, cfg0.training, "intel") is None
+    assert "host_s" not in block_times.__code__.co_varnames
+
+
+def _ops(rng, n):
+    return rng.uniform(0, 20, n) * US, rng.uniform(0, 20, n) * US
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 6), st.integers(0, 4), st.integers(0, 3))
+def test_one_stage_pipeline_equals_the_op_by_op_tandem(seed, m, n_layers, n_rec):
+    """One stage: the schedule with pass_host's terms ends exactly where the op-by-op tandem queue over the
+    step's ops (embedding, layers, head forward; head, layers with recompute, embedding backward) ends."""
+    rng = np.random.default_rng(seed)
+    n_rec = min(n_rec, n_layers)
+    blocks = {}
+    for name in ("layer", "embedding", "head"):
+        phase = np.array(["fwd"] * 3 + ["recompute"] * 2 + ["bwd"] * 4)
+        wg = np.array([False] * 8 + [True])
+        g, h = _ops(rng, phase.size)
+        blocks[name] = (phase, wg, g, h)
+    terms = {k: segment_terms(ph, wg, g, h, {}) for k, (ph, wg, g, h) in blocks.items()}
+    L, R = np.full((1, 1), float(n_layers)), np.full((1, 1), float(n_rec))
+    ph = pass_host([(terms["layer"], L, R)], terms["embedding"], terms["head"], [(0, 0)], [(0, 0)], False)
+
+    def seg(name, sel):
+        phase, wg, g, h = blocks[name]
+        idx = np.flatnonzero(sel(phase))
+        return h[idx], g[idx]
+
+    fwd = [seg("embedding", lambda p: p == "fwd")] + [seg("layer", lambda p: p == "fwd")] * n_layers \
+        + [seg("head", lambda p: p == "fwd")]
+    rec = [seg("layer", lambda p: p == "recompute"), seg("layer", lambda p: p == "bwd")]
+    bwd = [seg("head", lambda p: p == "bwd")] + rec * n_rec + [seg("layer", lambda p: p == "bwd")] * (
+        n_layers - n_rec) + [seg("embedding", lambda p: p == "bwd")]
+    f_h, f_g = (np.concatenate([x[k] for x in fwd]) for k in (0, 1))
+    b_h, b_g = (np.concatenate([x[k] for x in bwd]) for k in (0, 1))
+    f_s, b_s = np.full((1, 1), f_g.sum()), np.full((1, 1), b_g.sum())
+    for schedule in ("gpipe", "1f1b"):
+        tl = simulate_pipeline(schedule, m, f_s, b_s, 0.0, host=ph)
+        kinds = tl.order[0, :, 0]
+        h = np.concatenate([f_h if k == 0 else b_h for k in kinds])
+        g = np.concatenate([f_g if k == 0 else b_g for k in kinds])
+        assert tl.end_s[0] == pytest.approx(issue_timeline(h, g).gpu_end_s[-1], rel=1e-9, abs=1e-15)
+
+
+def _uniform_host(p, host, lag):
+    return PassHost(np.full((3, p, 1), host), np.full((3, p, 1), lag))
+
+
+def test_a_pipeline_of_short_kernels_runs_at_the_cpus_pace():
+    # every pass issues in 100 us and runs in 10 us: each stage's GPU waits for its CPU, pass after pass
+    p, m, f, h = 1, 8, 10 * US, 100 * US
+    tl = simulate_pipeline("1f1b", m, np.full((p, 1), f), np.full((p, 1), f), 0.0, host=_uniform_host(p, h, 0.0))
+    assert tl.end_s[0] == pytest.approx(2 * m * h)  # the sum of the host costs (the last pass's tail inside h)
+    # long passes (1 ms) issued in 100 us: only the first pass's issue lag is not hidden
+    g, lag = 1e-3, 5 * US
+    free = simulate_pipeline("1f1b", m, np.full((4, 1), g), np.full((4, 1), g), 20 * US)
+    timed = simulate_pipeline("1f1b", m, np.full((4, 1), g), np.full((4, 1), g), 20 * US,
+                              host=_uniform_host(4, h, lag))
+    assert np.allclose(timed.end_s, free.end_s + lag)
+
+
+def test_a_sync_at_every_transfer_costs_the_issue_lag_once_per_microbatch():
+    p, m, g, h, lag = 2, 6, 1e-3, 50 * US, 30 * US
+    fb = np.full((p, 1), g)
+    run = dict(host=_uniform_host(p, h, lag))
+    free = simulate_pipeline("gpipe", m, fb, fb, 0.0, **run)
+    synced = simulate_pipeline("gpipe", m, fb, fb, 0.0, p2p_sync=True, **run)
+    # stage 0 sends every forward's output: its CPU waits for each, then the next pass pays its lag again
+    assert free.end_op_s[0, m - 1] == pytest.approx(m * g + lag)
+    assert synced.end_op_s[0, m - 1] == pytest.approx(m * (g + lag))
+    assert np.all(synced.end_s >= free.end_s)
+    # without host costs and with free transfers a sync changes nothing; with transfers it waits for each send,
+    # so the sends no longer overlap the next pass
+    assert np.allclose(simulate_pipeline("1f1b", m, fb, fb, 0.0, p2p_sync=True).end_s,
+                       simulate_pipeline("1f1b", m, fb, fb, 0.0).end_s)
+    assert np.all(simulate_pipeline("1f1b", m, fb, fb, 1e-4, p2p_sync=True).end_s
+                  > simulate_pipeline("1f1b", m, fb, fb, 1e-4).end_s)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from(["gpipe", "1f1b", "interleaved"]))
+def test_the_cpu_never_runs_ahead_past_a_sync_point(seed, schedule):
+    rng = np.random.default_rng(seed)
+    p, v, m = 4, 2 if schedule == "interleaved" else 1, 8
+    f, b = rng.uniform(1, 5, (p, v)) * 1e-4, rng.uniform(1, 5, (p, v)) * 1e-4
+    host = PassHost(rng.uniform(0, 5, (3, p, v)) * 1e-4, rng.uniform(0, 1, (3, p, v)) * 1e-4)
+    x = float(rng.uniform(0, 1e-4))
+    tl = simulate_pipeline(schedule, m, f, b, x, host=host, p2p_sync=True)
+    free = simulate_pipeline(schedule, m, f, b, x, host=host)
+    assert np.all(tl.end_s >= free.end_s - 1e-15)
+    for s in range(p):
+        for i in range(1, tl.order.shape[1]):
+            kind, c = tl.order[s, i, 0], tl.order[s, i, 2]
+            dur = tl.end_op_s[s, i] - tl.start_s[s, i]
+            sent = tl.send_to[s, i - 1] >= 0
+            if sent:  # the CPU issued the pass only after the previous one and its send ended
+                assert tl.end_op_s[s, i] >= tl.end_op_s[s, i - 1] + x + max(host.host_s[kind, s, c],
+                                                                            dur + host.lag_s[kind, s, c]) - 1e-12
+
+
+def test_deepspeed_engine_sends_block_the_stream():
+    p, m, g, x = 4, 8, 1e-3, 1e-4
+    fb = np.full((p, 1), g)
+    mega = simulate_pipeline("1f1b", m, fb, fb, x)
+    ds = simulate_pipeline("1f1b", m, fb, fb, x, engine="deepspeed")
+    assert np.array_equal(ds.order, mega.order)  # TrainSchedule's order is 1F1B's
+    assert np.all(ds.end_s > mega.end_s)
+    # free transfers: the engines agree
+    assert np.allclose(simulate_pipeline("1f1b", m, fb, fb, 0.0, engine="deepspeed").end_s,
+                       simulate_pipeline("1f1b", m, fb, fb, 0.0).end_s)
+    # one stage: nothing is sent
+    one = np.full((1, 1), g)
+    assert simulate_pipeline("1f1b", m, one, one, x, engine="deepspeed").end_s[0] == pytest.approx(2 * m * g)
+    from flowsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pipeline_engine"):
+        simulate_pipeline("interleaved", m, np.full((p, 2), g), np.full((p, 2), g), x, engine="deepspeed")
+
+
+def test_simulate_with_a_host_model():
+    import flowsim
+
+    model = dict(num_layers=2, hidden_size=128, num_attention_heads=4, seq_length=128, vocab_size=1024,
+                 activation="swiglu", normalization="rmsnorm", position_embedding="rope", add_bias_linear=False)
+    job = dict(model, cluster="dgx-h100", gpus=1, gbs=8)
+    gpu_only = flowsim.simulate(job).step_time_s
+    eager = flowsim.simulate(job, host_overhead="eager")
+    # a small model's kernels are about as short as their issue from Python: the GPU waits for the CPU
+    assert eager.step_time_s > 1.3 * gpu_only
+    assert eager.stages[0].bubble_s > 0.2 * gpu_only  # the waits show as idle time, not as compute
+    # CUDA graphs collapse the host time to the launches (one per step: nothing left to wait for)
+    layer = flowsim.simulate(job, host_overhead="eager", cuda_graphs="layer").step_time_s
+    full = flowsim.simulate(job, host_overhead="eager", cuda_graphs="full_iteration").step_time_s
+    assert gpu_only <= full <= layer < eager.step_time_s
+    assert full == pytest.approx(gpu_only, rel=1e-2)
+    # a large model's kernels hide the host: the step changes by less than a pass's issue lag
+    big = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=8, gbs=8, seq=4096)
+    assert flowsim.simulate(big, host_overhead="te").step_time_s == pytest.approx(
+        flowsim.simulate(big).step_time_s, rel=1e-3)
 
 
 def test_cuda_graphs_shrink_the_host_time_of_a_block():

@@ -34,6 +34,9 @@ def test_one_pipeline_call_one_pricer_one_sm_rule():
     assert _where(r"(?m)^class \w*Pricer\b|^class _Comms\b") == {"flowsim/step/pricer.py"}
     # the SM-sharing arithmetic r = 1 - share lives in one module
     assert _where(r"1\.0 - share|1 - share") == {"flowsim/step/overlap.py"}
+    # the host-side timeline: the tandem queue's terms in step/host.py, the CPU clock in the schedule simulator
+    assert _where(r"\brepeated_block_end_s\(|\bblock_terms\(") == {"flowsim/step/host.py"}
+    assert _where(r"\bcpu\[s\]") == {"flowsim/step/schedule.py"}
 
 
 def test_step_core_functions_are_short_and_modules_small():

@@ -36,6 +36,7 @@ internode kernels treat larger NVLink domains as groups of 8 joined by RDMA."""
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_GRAPH_SCOPES = ("none", "layer", "module", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
+PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,12 @@ class TrainingConfig:
     host_overhead : str
         CPU cost of issuing kernels (:mod:`flowsim.model.host_costs`, priced on the cluster's ``cpu``):
         ``none`` (default: the GPU never waits for the CPU), ``eager``, ``megatron``, ``te`` or ``compiled``.
+    p2p_sync : bool
+        The CPU waits for the GPU at every pipeline send and receive (Megatron-LM's ``torch.cuda.synchronize()``
+        after ``batch_isend_irecv``): each pass then starts its issue from an idle CPU. Default False.
+    pipeline_engine : str
+        What runs the pipeline schedule: ``megatron`` (default: sends run beside the compute) or ``deepspeed``
+        (DeepSpeed's ``PipelineEngine``: a stage's stream waits for each send of its output; 1f1b only).
     """
 
     tensor_model_parallel_size: int = 1
@@ -233,6 +240,8 @@ class TrainingConfig:
     grad_reduce_dtype: str = "fp32"
     cuda_graphs: str = "none"
     host_overhead: str = "none"
+    p2p_sync: bool = False
+    pipeline_engine: str = "megatron"
     software_release: str = ""
     calibration: str = "default"
 
@@ -376,6 +385,8 @@ class TrainingConfig:
             raise ConfigError("cuda_graphs", f"must be one of {', '.join(CUDA_GRAPH_SCOPES)}", self.cuda_graphs)
         if self.host_overhead not in HOST_MODES:
             raise ConfigError("host_overhead", f"must be one of {', '.join(HOST_MODES)}", self.host_overhead)
+        if self.pipeline_engine not in PIPELINE_ENGINES:
+            raise ConfigError("pipeline_engine", f"must be one of {', '.join(PIPELINE_ENGINES)}", self.pipeline_engine)
         if self.framework:
             from flowsim.config.profiles import profile
 

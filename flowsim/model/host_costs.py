@@ -93,13 +93,14 @@ def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "no
 
 
 def block_host_s(table, training, cpu: str) -> np.ndarray | None:
-    """CPU seconds to issue each row of one block's op table (:class:`flowsim.model.ops.OpSet` ``compute``) under
-    ``training.host_overhead`` on a ``cpu`` host, each phase of the block one graph replay under ``cuda_graphs:
-    layer``; None with ``host_overhead: none`` (no host model: the GPU never waits for the CPU)."""
+    """CPU seconds to issue each row of one block's op table (:class:`flowsim.model.ops.OpSet` ``compute``, or a
+    mapping of its ``name``, ``kind``, ``phase`` and ``count`` columns) under ``training.host_overhead`` on a
+    ``cpu`` host, each phase of the block one graph replay under ``cuda_graphs: layer``; None with
+    ``host_overhead: none`` (no host model: the GPU never waits for the CPU)."""
     if training.host_overhead == "none":
         return None
-    return op_host_s(table["name"].to_numpy(), table["kind"].to_numpy(), table["phase"].to_numpy(),
-                     table["count"].to_numpy(), host_costs(training.host_overhead, cpu), training.cuda_graphs)
+    return op_host_s(*(np.asarray(table[k]) for k in ("name", "kind", "phase", "count")),
+                     host_costs(training.host_overhead, cpu), training.cuda_graphs)
 
 
 def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float, count=None) -> np.ndarray:

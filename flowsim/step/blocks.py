@@ -15,18 +15,14 @@ its parallel dimensions imply, priced by the step's :class:`flowsim.step.pricer.
 
 Overlapped communication slows the compute beside it by the SM-sharing rule (:mod:`flowsim.step.overlap`).
 
-With host costs (``host_s``: the CPU seconds to issue each op, :func:`flowsim.model.host_costs.block_host_s`)
-a phase of the block runs, back to back with the block's other runs, in the steady state of the host-side
-timeline (:mod:`flowsim.step.host`): ``max(G, H)`` per run, ``G`` the stream's seconds (compute and exposed
-communication), ``H`` the CPU's; what the GPU waits for the CPU is added to the phase's compute. The wait of a
-pass's first kernel after a synchronisation (one op's host cost) is left out.
+The CPU time to issue the block's ops is not part of these GPU-side times: the step core runs each stage's CPU
+through the pipeline schedule (:mod:`flowsim.step.host`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from flowsim.step.host import steady_run_s
 from flowsim.step.overlap import overlapped_s
 from flowsim.step.pricer import CollectivePricer
 
@@ -118,15 +114,12 @@ def tp_overlapped_s(gemm_s: float, comm_s: float, chunks: int, sm_count: int) ->
     return first + overlapped_s(gemm_s - first, comm_s, TP_OVERLAP_SMS, sm_count)
 
 
-def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int,
-                host_s: np.ndarray | None = None) -> dict:
+def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int) -> dict:
     """Per-phase seconds of one block for one micro-batch: ``compute_<phase>``, ``wgrad_<phase>`` and the
     exposed ``tp_``, ``cp_``, ``ep_<phase>`` communication (module docstring); ``t_ops``: seconds of each of the
-    block's compute ops, ``count``: runs of the block per step (for the report), ``host_s``: CPU seconds to issue
-    each op (none: the GPU never waits for the CPU)."""
+    block's compute ops, ``count``: runs of the block per step (for the report)."""
     sm, tp_size = comms.gpu.sm_count, comms.groups["tp"][0]
     parts = _compute_parts(opset, t_ops)
-    phase = opset.compute["phase"].to_numpy()
     out = {}
     for ph in PHASES:
         c, m = parts[ph], _comm_parts(opset, comms, ph, count)
@@ -139,9 +132,6 @@ def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overl
         out[f"tp_{ph}"] = tp
         out[f"cp_{ph}"] = m["cp_blocking"] + overlapped_s(c["attn"], m["cp_total"], m["cp_sms"], sm) - c["attn"]
         out[f"ep_{ph}"] = m["ep_total"] + overlapped_s(c["shared"], m["ep_shared"], m["ep_sms"], sm) - c["shared"]
-        if host_s is not None:  # the GPU's waits for the CPU, in steady state
-            g = c["all"] + tp + out[f"cp_{ph}"] + out[f"ep_{ph}"]
-            out[f"compute_{ph}"] += float(steady_run_s(g, host_s[phase == ph].sum())) - g
     return out
 
 

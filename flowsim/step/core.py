@@ -13,7 +13,8 @@ next stage, and which communication a paired schedule can hide. Three front ends
 
 All of them price collectives with :class:`flowsim.step.pricer.CollectivePricer`, share SMs by
 :mod:`flowsim.step.overlap`, and run the pipeline here, in :func:`run_pipeline`, the one place that calls the
-schedule simulator (:func:`flowsim.step.schedule.simulate_pipeline`).
+schedule simulator (:func:`flowsim.step.schedule.simulate_pipeline`), with each stage's CPU issuing its
+passes (the host-side timeline, :mod:`flowsim.step.host`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowsim.step.host import PassHost
 from flowsim.step.schedule import PipelineTimeline, simulate_pipeline
 
 
@@ -46,6 +48,13 @@ class PipelineProgram:
         forward-and-backward call hides (DualPipe, paired 1F1B), and the SM share it holds.
     paired : bool
         1F1B with each steady-state forward paired with the next backward.
+    host : PassHost or None
+        The CPU seconds to issue each pass and its issue lag (:func:`flowsim.step.host.pass_host`); None: the GPU
+        never waits for the CPU.
+    p2p_sync : bool
+        The CPU waits for the GPU at every pipeline send and receive.
+    engine : str
+        ``megatron`` or ``deepspeed`` (DeepSpeed's pipeline engine: sends block the stream).
     """
 
     schedule: str
@@ -56,6 +65,9 @@ class PipelineProgram:
     wgrad_s: np.ndarray | None = None
     hidden: tuple | None = None
     paired: bool = False
+    host: PassHost | None = None
+    p2p_sync: bool = False
+    engine: str = "megatron"
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,8 @@ class PipelineRun:
 
 def _schedule(program: PipelineProgram, p2p_s: float) -> PipelineTimeline:
     return simulate_pipeline(program.schedule, program.microbatches, program.fwd_s, program.bwd_s, p2p_s,
-                             program.wgrad_s, program.hidden, paired=program.paired)
+                             program.wgrad_s, program.hidden, paired=program.paired, host=program.host,
+                             p2p_sync=program.p2p_sync, engine=program.engine)
 
 
 def run_pipeline(program: PipelineProgram, *, p2p_exposure: bool = False) -> PipelineRun:

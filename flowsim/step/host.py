@@ -14,12 +14,18 @@ When every kernel is longer than its host cost the CPU stays ahead and the GPU n
 GPU's sum); when every kernel is shorter, the GPU waits on the CPU and the step runs at the CPU's pace (the sum
 of the host costs plus the last kernel).
 
-A block of ops run ``n`` times in a row (a layer, once per layer and micro-batch) has a closed form, so the step
-core prices a block once: with ``H`` and ``G`` the block's host and GPU seconds and
-``A = max_j (h_1 + .. + h_j + g_j + .. + g_k)`` the block's span from an idle CPU and GPU, the GPU finishes the
-``n`` runs, started with the CPU at ``c`` and the GPU free at ``g``, at
+A block of ops run ``n`` times in a row (a layer, once per layer of a pass) has a closed form: with ``H`` and
+``G`` the block's host and GPU seconds and ``A = max_j (h_1 + .. + h_j + g_j + .. + g_k)`` the block's span from
+an idle CPU and GPU, the GPU finishes the ``n`` runs, started with the CPU at ``c`` and the GPU free at ``g``, at
 ``max(g + n G, c + A + (n - 1) max(G, H))`` (:func:`repeated_block_end_s`): each run after the first costs
-``max(G, H)``, the steady state of whichever server is slower.
+``max(G, H)``, the steady state of whichever server is slower. A chain of such runs (a pipeline pass: the
+embedding, the layers, the head) is again one block, with ``H`` and ``G`` the sums and its own span: so a pass
+started at ``(c, g)`` ends at ``max(g + G, c + G + lag)``, ``lag = A - G >= 0`` (:func:`pass_host`).
+
+The step core carries each pipeline stage's CPU clock through the schedule (:func:`flowsim.step.schedule._run`):
+the CPU issues the stage's passes in schedule order, ``H`` each, running ahead of the GPU across micro-batches
+until a synchronisation point: the step's start (the previous step's optimizer waited), and, where the framework
+synchronises at pipeline transfers (``p2p_sync``), every send and receive.
 
 CUDA graphs replace the per-op host costs of the ops they capture by one launch per graph replay plus a small
 cost per node (:func:`flowsim.model.host_costs.graphed_host_s`); torch.compile reduces the op count to its fused kernels (the workload's
@@ -163,7 +169,89 @@ def repeated_block_end_s(terms: BlockHost, runs, cpu_start_s=0.0, gpu_start_s=0.
     return np.where(n > 0, end, gpu_start_s + 0.0 * end)
 
 
-def steady_run_s(gpu_s, host_s):
-    """Seconds each run of a block adds once the stream is in steady state: ``max(G, H)`` (the step core's
-    :func:`flowsim.step.blocks.block_times` with ``G`` its kernels and exposed communication)."""
-    return np.maximum(gpu_s, host_s)
+class PassHost(NamedTuple):
+    """Host terms of every pipeline pass (:func:`pass_host`), float64[3, p, v] over pass kind (F, B, W),
+    stage and model chunk, seconds.
+
+    Attributes
+    ----------
+    host_s : numpy.ndarray
+        CPU seconds to issue one micro-batch's pass.
+    lag_s : numpy.ndarray
+        How much later than its kernels' sum the pass ends when issued from an idle CPU (``A - G``).
+    """
+
+    host_s: np.ndarray
+    lag_s: np.ndarray
+
+
+SEGMENTS = ("fwd", "rec_bwd", "bwd", "rec_dgrad", "dgrad", "wgrad")
+"""The op segments of a block that passes are made of: its forward; its backward with (``rec_bwd``) and without
+the recompute of its forward; the same without the weight-gradient GEMMs (``dgrad``: the B pass of the
+split-backward schedules); its weight-gradient GEMMs (the W pass)."""
+
+
+def segment_terms(phase, wgrad, gpu_s, host_s, phase_s: dict) -> BlockHost:
+    """``H``, ``G`` and ``A`` of each of a block's :data:`SEGMENTS`.
+
+    Parameters
+    ----------
+    phase : array_like of str, shape (n,)
+        Each op row's phase (``fwd``, ``bwd``, ``recompute``), rows in issue order.
+    wgrad : array_like of bool, shape (n,)
+        Rows that are weight-gradient GEMMs.
+    gpu_s, host_s : array_like of float, shape (n,)
+        GPU and CPU seconds of each row (all its instances).
+    phase_s : dict
+        Seconds of one run of each phase with its exposed communication: each phase's rows are stretched to
+        it (the communication spread over the phase's kernels), seconds.
+    """
+    phase = np.asarray(phase)
+    g = np.asarray(gpu_s, dtype=np.float64).copy()
+    for ph, total in phase_s.items():
+        sel = phase == ph
+        g[sel] *= total / g[sel].sum() if g[sel].sum() > 0 else 1.0
+    rec, bwd, w = phase == "recompute", phase == "bwd", np.asarray(wgrad, dtype=bool)
+    idx = [np.flatnonzero(m) for m in (phase == "fwd", rec, bwd, rec, bwd & ~w, bwd & w)]
+    idx[1] = np.concatenate([idx[1], idx[2]])
+    idx[3] = np.concatenate([idx[3], idx[4]])
+    order = np.concatenate(idx)
+    offsets = np.concatenate([[0], np.cumsum([i.size for i in idx])])
+    return block_terms(np.asarray(host_s, dtype=np.float64)[order], g[order], offsets)
+
+
+def _chain(runs) -> tuple:
+    """Total host seconds and lag of a chain of block runs ``(terms, segment, n)`` (n: float64[p, v] runs),
+    issued back to back from an idle CPU and GPU."""
+    cpu = gpu = kernels = 0.0
+    for terms, seg, n in runs:
+        one = BlockHost(*(x[seg] for x in terms))
+        gpu = repeated_block_end_s(one, n, cpu, gpu)
+        cpu = cpu + n * one.host_s
+        kernels = kernels + n * one.gpu_s
+    return cpu, gpu - kernels
+
+
+def pass_host(layers, emb: BlockHost, head: BlockHost, first, last, split: bool) -> PassHost:
+    """Host terms of every stage's and chunk's F, B and W passes.
+
+    ``layers``: per layer kind, ``(terms, layers per chunk, recomputed layers per chunk)`` (terms from
+    :func:`segment_terms`, counts float64[p, v]); ``emb``, ``head``: the embedding's and the LM head's terms,
+    run by the (stage, chunk) pairs ``first`` and ``last``; ``split``: the schedule runs the weight gradients as
+    passes of their own (B then leaves the layers' out). A forward runs the embedding, the layers and the head; a
+    backward the head, the layers (a recomputed one recomputes its forward first) and the embedding.
+    """
+    shape = layers[0][1].shape
+    at_first, at_last = np.zeros(shape), np.zeros(shape)
+    for s, c in first:
+        at_first[s, c] = 1.0
+    for s, c in last:
+        at_last[s, c] = 1.0
+    fwd = [(emb, 0, at_first)] + [(t, 0, n) for t, n, _ in layers] + [(head, 0, at_last)]
+    rb, b = (3, 4) if split else (1, 2)
+    bwd = ([(head, 2, at_last)] + [x for t, n, r in layers for x in ((t, rb, r), (t, b, n - r))]
+           + [(emb, 2, at_first)])
+    wgt = [(t, 5, n if split else 0.0 * n) for t, n, _ in layers]
+    parts = [_chain(runs) for runs in (fwd, bwd, wgt)]
+    return PassHost(np.stack([np.broadcast_to(h, shape) for h, _ in parts]),
+                    np.stack([np.broadcast_to(lag, shape) for _, lag in parts]))

@@ -58,6 +58,21 @@ step of the stage-to-stage chain, so flowsim pairs plain 1F1B on one stage only;
 same way (one more warm-up forward, each steady-state forward in one call with the backward after it, which
 belongs to another model chunk), as Megatron-LM's A2A overlap with ``vpp > 1`` does.
 
+Each stage's CPU issues its passes in the stage's order, running ahead of the GPU across micro-batches (the
+host-side timeline, :mod:`flowsim.step.host`): a pass's kernels cannot run before the CPU has issued them, so
+when a stage's kernels are shorter than their issue the stage runs at its CPU's pace. The CPU waits for the GPU
+at the framework's synchronisation points: the step's start (the previous optimizer step waited for the
+gradient norm) and, with ``p2p_sync``, every pipeline send and receive (Megatron-LM's ``_communicate`` calls
+``torch.cuda.synchronize()`` after ``batch_isend_irecv``), after which each pass pays its issue lag again.
+
+DeepSpeed's pipeline engine (``engine="deepspeed"``; ``deepspeed/runtime/pipe/schedule.py`` ``TrainSchedule``,
+``engine.py`` ``PipelineEngine``): the same per-stage order as 1F1B (stage ``s`` runs forward steps from step
+``s`` and backward steps from step ``2p - s - 1``, alternating), but each step's instructions run in order on the
+compute stream: a forward step sends the previous backward's gradient, receives its input, runs; a backward
+step receives its gradient, then sends the previous forward's activation, then runs. So a forward's output
+leaves only once the next backward's gradient has arrived, and the stream waits for every send (p2p not
+overlapped with compute). NCCL's send/receive rendezvous is not modelled (a send never waits for its receiver).
+
 What is not modelled: the pipeline sends inside a call are not overlapped; each call's outputs are sent
 when it ends, as in the
 reference, but its batched receives do not hold the rank back. The gradients of the two copies of each
@@ -74,12 +89,14 @@ from numba import njit
 
 from flowsim.config.layout import PIPELINE_SCHEDULES, check_layout
 from flowsim.errors import ConfigError
+from flowsim.step.host import PassHost
 from flowsim.step.overlap import shared_sm_time_s
 
 SCHEDULE_IDS = {name: i for i, name in enumerate(PIPELINE_SCHEDULES)}
 """Integer id of each schedule (the numba kernels' ``kind``), in config.layout's order."""
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE = (SCHEDULE_IDS[n] for n in
                                                    ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"))
+DEEPSPEED_SCHEDULES = ("1f1b",)  # the order of DeepSpeed's TrainSchedule
 SPLIT_BACKWARD = ("zb-h1", "dualpipe")  # schedules that run weight gradients as passes of their own
 FWD, BWD, WGRAD = 0, 1, 2  # pass kinds: forward, backward (input gradients), weight gradients
 
@@ -385,35 +402,60 @@ def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
 
 
 @njit(cache=True)
-def _run(order, src, src_pass, dur, p2p_s):
-    """List-schedule every stage's passes (``dur``: seconds of each); returns start/end per pass
-    (seconds) and how many ran.
+def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, deepspeed):
+    """List-schedule every stage's passes (``dur``: seconds of each) with each stage's CPU issuing them;
+    returns start/end per pass (seconds) and how many ran.
 
-    A pass starts when its stage is free and its input (:func:`_inputs`) has arrived: ``p2p_s`` after
-    the source pass ends when it ran on another stage.
+    A pass's GPU work may start when its stage is free and its input (:func:`_inputs`) has arrived:
+    ``p2p_s`` after the source pass's output is sent, when that ran on another stage. The stage's CPU issues
+    the passes in order, ``host_s`` seconds each, running ahead of the GPU; a pass started with the CPU at
+    ``c`` and the GPU at ``g`` ends at ``max(g + dur, c + max(host, dur + lag))`` (the tandem queue's closed
+    form, :mod:`flowsim.step.host`; ``lag_s``: how much later than its kernels a pass issued from an idle CPU
+    ends). The reported start is the pass's end less its duration (GPU waits for the CPU show as idle time).
+
+    ``p2p_sync``: the CPU waits for the device at every pipeline send and receive (the previous pass's send,
+    the pass's input). ``deepspeed``: DeepSpeed's ``PipelineEngine`` (module docstring) sends a pass's
+    output at the start of the stage's next step, after that step's receive when a forward is followed by
+    a backward, and the stage's stream waits for each send to end.
     """
     p, n, _ = order.shape
     start = np.zeros((p, n))
     end = np.zeros((p, n))
+    sent = np.full((p, n), -1.0)  # when each pass's output leaves its stage (-1: not yet known)
     nxt = np.zeros(p, dtype=np.int64)  # passes each stage has run
     free = np.zeros(p)
+    cpu = np.zeros(p)  # when each stage's CPU has issued its passes so far
     done = 0
     while done < p * n:
         progressed = False
         for s in range(p):
             while nxt[s] < n:
                 i = nxt[s]
+                sends = i > 0 and dst[s, i - 1] >= 0
+                # DeepSpeed: the previous pass's output leaves at this step's start, but a forward's after the
+                # receive of the backward that follows it
+                fb = order[s, i - 1, 0] == FWD and order[s, i, 0] == BWD
+                if deepspeed and sends and not fb and sent[s, i - 1] < 0.0:
+                    sent[s, i - 1] = free[s]
+                    free[s] += p2p_s
                 ready = 0.0
                 q = src[s, i]
                 if q >= 0:
-                    j = src_pass[s, i]
-                    if nxt[q] <= j:
+                    if sent[q, src_pass[s, i]] < 0.0:
                         break
-                    ready = end[q, j] + (p2p_s if q != s else 0.0)
+                    ready = sent[q, src_pass[s, i]] + (p2p_s if q != s else 0.0)
+                if deepspeed and sends and fb:
+                    sent[s, i - 1] = max(free[s], ready)
+                    free[s] = sent[s, i - 1] + p2p_s
                 t0 = max(free[s], ready)
-                free[s] = t0 + dur[s, i]
-                start[s, i] = t0
+                if p2p_sync and (sends or (q >= 0 and q != s)):  # waits for the device, the send, the input
+                    cpu[s] = max(cpu[s], t0, end[s, i - 1] + p2p_s if sends else 0.0)
+                free[s] = max(t0 + dur[s, i], cpu[s] + max(host_s[s, i], dur[s, i] + lag_s[s, i]))
+                cpu[s] += host_s[s, i]
+                start[s, i] = free[s] - dur[s, i]
                 end[s, i] = free[s]
+                if not deepspeed or dst[s, i] < 0 or i == n - 1:
+                    sent[s, i] = free[s]
                 nxt[s] += 1
                 done += 1
                 progressed = True
@@ -489,7 +531,8 @@ def held_microbatches(schedule: str, p: int, v: int, m: int, paired: bool = Fals
 
 def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, bwd_s: np.ndarray,
                       p2p_s: float, wgrad_s: np.ndarray | None = None, overlap_comm=None,
-                      paired: bool = False) -> PipelineTimeline:
+                      paired: bool = False, host: PassHost | None = None, p2p_sync: bool = False,
+                      engine: str = "megatron") -> PipelineTimeline:
     """Run a pipeline schedule.
 
     Parameters
@@ -515,7 +558,19 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
     paired : bool
         ``1f1b`` and ``interleaved``: one more warm-up forward and each steady-state forward paired with the
         backward after it (Megatron-LM ``--overlap-moe-expert-parallel-comm``).
+    host : PassHost, optional
+        The CPU seconds to issue each (stage, chunk)'s F, B and W pass and their lags
+        (:func:`flowsim.step.host.pass_host`); none: the CPU never holds the GPU back.
+    p2p_sync : bool
+        The CPU waits for the device at every pipeline send and receive (Megatron's
+        ``torch.cuda.synchronize()`` after ``batch_isend_irecv``).
+    engine : str
+        ``megatron`` (sends run beside the compute) or ``deepspeed`` (DeepSpeed's ``PipelineEngine``: 1f1b
+        order, each output sent at the start of the stage's next step, the stream waiting for it; module
+        docstring).
     """
+    if engine == "deepspeed" and schedule not in DEEPSPEED_SCHEDULES:
+        raise ConfigError("pipeline_engine", "deepspeed's TrainSchedule runs the 1f1b order", schedule)
     fwd_s = np.ascontiguousarray(fwd_s, dtype=np.float64)
     bwd_s = np.ascontiguousarray(bwd_s, dtype=np.float64)
     p, v = fwd_s.shape
@@ -530,7 +585,13 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         comm_f, comm_b = (np.ascontiguousarray(a, dtype=np.float64) for a in overlap_comm[:2])
         share = float(overlap_comm[2])
     dur = _durations(plan.order, plan.publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share)
-    start, end, done = _run(plan.order, plan.src, plan.src_pass, dur, float(p2p_s))
+    hs = lag = np.zeros_like(dur)
+    if host is not None:
+        rows = np.arange(p)[:, None]
+        hs = host.host_s[plan.order[:, :, 0], rows, plan.order[:, :, 2]]
+        lag = host.lag_s[plan.order[:, :, 0], rows, plan.order[:, :, 2]]
+    start, end, done = _run(plan.order, plan.src, plan.src_pass, dur, float(p2p_s), hs, lag, plan.send_to,
+                            bool(p2p_sync), engine == "deepspeed")
     assert done == end.size, "pipeline schedule deadlocked"
     rows = np.arange(p)[:, None]
     return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=(end - start).sum(axis=1),

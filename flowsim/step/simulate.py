@@ -27,15 +27,17 @@ from flowsim.kernels import op_times
 from flowsim.kernels.calibration import job_stack
 from flowsim.model.host_costs import block_host_s
 from flowsim.model.workload import build_workload, model_flops_per_token
-from flowsim.step.blocks import block_runs, block_times, ops_frame, paired_comm, pass_s
+from flowsim.step.blocks import PHASES, block_runs, block_times, ops_frame, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
 from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
+from flowsim.step.host import PassHost, pass_host, segment_terms
 from flowsim.step.invariants import check_result
 from flowsim.step.memory import stage_memory
 from flowsim.step.optimizer import optimizer_s
 from flowsim.step.pricer import CollectivePricer
 from flowsim.step.result import CollectiveChoice, Result, StageBreakdown, StepTimeline
+from flowsim.step.schedule import SPLIT_BACKWARD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,15 +76,12 @@ def _kernel_stack(cfg: SimConfig, gpu):
 
 
 def _block_kinds(cfg, wl, comms, t_ops, spans, runs) -> tuple:
-    """Times of every block, with each op's host issue time (:func:`flowsim.model.host_costs.block_host_s`):
-    (dense, MoE) layer kinds with their layer counts, the embedding, the head."""
+    """Times of every block: (dense, MoE) layer kinds with their layer counts, the embedding, the head."""
     t, m = cfg.training, cfg.num_microbatches
     L, R, M, RM = wl.chunk_layers, wl.chunk_recompute_layers, wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
 
     def times(name, count):
-        opset = getattr(wl, name)
-        return block_times(opset, t_ops[spans[name]], comms, t.tp_comm_overlap, count,
-                           block_host_s(opset.compute, t, cfg.cluster.cpu))
+        return block_times(getattr(wl, name), t_ops[spans[name]], comms, t.tp_comm_overlap, count)
 
     kinds = [(times("layer", int((L @ runs).max())), L - M, R - RM)]
     if wl.moe_layer is not None:
@@ -90,7 +89,28 @@ def _block_kinds(cfg, wl, comms, t_ops, spans, runs) -> tuple:
     return kinds, times("embedding", m), times("head", m)
 
 
-def _passes(cfg: SimConfig, wl, comms: CollectivePricer, t_ops: np.ndarray, spans: dict) -> _Passes:
+def _pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last) -> PassHost | None:
+    """Each pass's CPU issue time and lag (:func:`flowsim.step.host.pass_host`) from every op's host cost
+    (:func:`flowsim.model.host_costs.block_host_s`); None without a host model."""
+    t = cfg.training
+    if t.host_overhead == "none":
+        return None
+    cols = {k: ops[k].to_numpy() for k in ("name", "kind", "phase", "count")}
+    wgrad = np.char.endswith(cols["name"].astype(str), ".wgrad")
+    gpu_s = t_ops * cols["count"]
+
+    def terms(block, blk):
+        sl = spans[block]
+        host = block_host_s({k: v[sl] for k, v in cols.items()}, t, cfg.cluster.cpu)
+        return segment_terms(cols["phase"][sl], wgrad[sl], gpu_s[sl], host, {ph: pass_s(blk, ph) for ph in PHASES})
+
+    names = ["layer"] + (["moe_layer"] if wl.moe_layer is not None else [])
+    layers = [(terms(b, blk), n_l, n_r) for b, (blk, n_l, n_r) in zip(names, kinds)]
+    return pass_host(layers, terms("embedding", emb), terms("head", head), first, last,
+                     t.schedule in SPLIT_BACKWARD)
+
+
+def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, t_ops: np.ndarray, spans: dict) -> _Passes:
     """Per-stage, per-chunk pass times of one micro-batch (the step program) from the workload's blocks."""
     t, p, m = cfg.training, cfg.training.pp, cfg.num_microbatches
     v = wl.chunk_layers.shape[1]  # model chunks per stage (dualpipe: 2 with vpp 1)
@@ -117,7 +137,9 @@ def _passes(cfg: SimConfig, wl, comms: CollectivePricer, t_ops: np.ndarray, span
     p2p = comms.time("pp", "sendrecv", wl.p2p_bytes, 2 * int(runs.sum())) if p > 1 else 0.0
     hidden = paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" or t.paired_1f1b else None
     program = PipelineProgram(schedule=t.schedule, microbatches=m, fwd_s=fwd_s, bwd_s=bwd_s, p2p_s=p2p,
-                              wgrad_s=wgrad_s, hidden=hidden, paired=t.paired_1f1b)
+                              wgrad_s=wgrad_s, hidden=hidden, paired=t.paired_1f1b,
+                              host=_pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last),
+                              p2p_sync=t.p2p_sync, engine=t.pipeline_engine)
     return _Passes(program, kinds, emb, head, fsdp_f, fsdp_b, first_gather, runs, first, last)
 
 
@@ -223,7 +245,7 @@ def simulate(config=None, **overrides) -> Result:
     comms = _pricer(cfg, gpu)
     ops, spans = ops_frame(wl)
     t_ops = op_times(ops, gpu, stack=_kernel_stack(cfg, gpu), trusted=True)  # ops_frame's own table
-    ps = _passes(cfg, wl, comms, t_ops, spans)
+    ps = _passes(cfg, wl, comms, ops, t_ops, spans)
     run = run_pipeline(ps.program, p2p_exposure=True)
     p = cfg.training.pp
     dp_x = [sum(dp_exposed(cfg, wl, comms, run.timeline, s)) for s in range(p)]
