@@ -36,6 +36,7 @@ internode kernels treat larger NVLink domains as groups of 8 joined by RDMA."""
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_GRAPH_SCOPES = ("none", "layer", "module", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
+FSDP_VERSIONS = (1, 2)
 PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 
@@ -180,6 +181,10 @@ class TrainingConfig:
     grad_reduce_dtype : str
         Dtype of the data-parallel gradient reduction: ``fp32`` (default; Megatron-LM with bf16), ``bf16``,
         ``fp16``.
+    fsdp_version : int
+        How ZeRO-3 / FSDP holds a layer's gathered weights: ``1`` (default: one flat buffer whose views are the
+        weights: FSDP1's FlatParameter, DeepSpeed ZeRO-3) or ``2`` (FSDP2 ``fully_shard``: per-parameter shards,
+        all-gathered into one buffer and copied out into each weight, torchtitan).
     cuda_graphs : str
         CUDA graphs: ``none`` (default), ``layer`` (a forward and a backward graph per layer and micro-batch,
         Transformer Engine ``make_graphed_callables``), ``module`` (one per module of a layer, its attention and its
@@ -238,6 +243,7 @@ class TrainingConfig:
     framework: str = ""
     framework_version: str = ""
     grad_reduce_dtype: str = "fp32"
+    fsdp_version: int = 1
     cuda_graphs: str = "none"
     host_overhead: str = "none"
     p2p_sync: bool = False
@@ -381,6 +387,8 @@ class TrainingConfig:
         if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
             raise ConfigError("grad_reduce_dtype", f"must be one of {', '.join(GRAD_REDUCE_DTYPES)}",
                               self.grad_reduce_dtype)
+        if self.fsdp_version not in FSDP_VERSIONS:
+            raise ConfigError("fsdp_version", "must be 1 or 2", self.fsdp_version)
         if self.cuda_graphs not in CUDA_GRAPH_SCOPES:
             raise ConfigError("cuda_graphs", f"must be one of {', '.join(CUDA_GRAPH_SCOPES)}", self.cuda_graphs)
         if self.host_overhead not in HOST_MODES:

@@ -225,6 +225,14 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
             comms.append(comm("cp", "reducescatter", kv_chunk * cp, "bwd"))
     if recompute.policy(t) == "op":
         _op_sac_rows(rows, comms, m, tokens, heads, groups, d, f // tp, dt, tp, sp, act)
+    if t.zero_stage >= 3 and t.fsdp_version == 2 and t.dp_shard > 1:
+        # FSDP2 copies each gathered layer out of the all-gather buffer into its weights on the compute stream,
+        # after the forward's and the backward's gather (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
+        # foreach_all_gather_copy_out: torch.split_with_sizes_copy): read and write the 16-bit weights
+        # (MixedPrecisionPolicy param_dtype bf16). The gradients' copy into the reduce-scatter buffer
+        # (foreach_reduce: torch._chunk_cat) runs on the reduce-scatter stream, beside the compute.
+        copy = 2 * ACT_BYTES * layer_params(cfg, moe)
+        rows.extend((memory("fsdp_copy_out", copy, "fwd"), memory("fsdp_copy_out.bwd", copy, "bwd")))
     return finish(rows, comms)
 
 

@@ -10,7 +10,8 @@ gather share the network with the pipeline sends and expert all-to-alls of their
 (:func:`flowsim.step.flows.cross_kind_extra_s`).
 
 ZeRO-3 / FSDP instead gathers each layer's weights (forward and backward) and reduce-scatters its gradients
-per layer, prefetched one layer ahead (:func:`fsdp_exposed`).
+per layer, prefetched one layer ahead (:func:`fsdp_exposed`); the first layer's gather and the last layer's
+reduce-scatter have no compute beside them.
 """
 from __future__ import annotations
 
@@ -71,13 +72,8 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
     all-to-alls, which lengthen the layer. Returns the extra forward and backward seconds per layer and the first
     layer's gather, which nothing hides."""
     t = cfg.training
-    per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
-    m = cfg.num_microbatches
-    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * grad_reduce_bytes(t)
+    ag, rs, ar, ag_bytes, rs_bytes = _fsdp_layer_comms(cfg, wl, comms)
     g = shard_group(t)
-    ag = comms.time(g, "allgather", ag_bytes, 2 * m)
-    rs = comms.time(g, "reducescatter", rs_bytes, m)
-    ar = comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m)
     sms = max(comms.ctas(g, "allgather", ag_bytes), comms.ctas(g, "reducescatter", rs_bytes),
               comms.ctas("dpr", "allreduce", rs_bytes / t.dp_shard))
     sm = comms.gpu.sm_count
@@ -91,6 +87,17 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
         comm_f, comm_b = ag + x_f[0], max(ag + rs + x_b[0] + x_b[1], ar + sum(x_b[2:]))
     return (overlapped_s(layer_fwd_s, comm_f, sms, sm) - layer_fwd_s + ep_f,
             overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
+
+
+def _fsdp_layer_comms(cfg, wl, comms) -> tuple:
+    """Seconds of one layer's ZeRO-3 / FSDP weight all-gather, gradient reduce-scatter (shard group) and, with
+    hybrid sharding, the shard's all-reduce across the replicas; and the gather's and reduce-scatter's bytes."""
+    t, m = cfg.training, cfg.num_microbatches
+    per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
+    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * grad_reduce_bytes(t)
+    g = shard_group(t)
+    return (comms.time(g, "allgather", ag_bytes, 2 * m), comms.time(g, "reducescatter", rs_bytes, m),
+            comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m), ag_bytes, rs_bytes)
 
 
 def reduction_parts(t, wl, groups: dict, stage: int) -> list:
@@ -161,9 +168,15 @@ def _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms) -> t
 
 def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, float]:
     """Exposed gradient reduction, parameter gathering and cross-kind slow-down of one stage, seconds per step
-    (module docstring); all zero with ZeRO-3 (:func:`fsdp_exposed` prices its per-layer collectives)."""
-    if zero_level(cfg.training) >= 3:
-        return 0.0, 0.0, 0.0
+    (module docstring). With ZeRO-3 (:func:`fsdp_exposed` prices the per-layer collectives beside the layers) the
+    exposed reduction is the last layer's reduce-scatter (and its shard's all-reduce across hybrid-sharding
+    replicas), which runs after the last backward: the optimizer waits for it (FSDP's post-backward callback)."""
+    t = cfg.training
+    if zero_level(t) >= 3:
+        if t.dp * t.cp == 1:
+            return 0.0, 0.0, 0.0
+        _, rs, ar, _, _ = _fsdp_layer_comms(cfg, wl, comms)
+        return rs + ar, 0.0, 0.0
     parts = reduction_parts(cfg.training, wl, comms.groups, stage)
     if not parts:
         return 0.0, 0.0, 0.0
