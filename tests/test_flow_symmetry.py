@@ -1,6 +1,6 @@
-"""The flow simulation by symmetry (one component per class of identical ones, flowsim.network.symmetry) gives
-the explicit simulation's times: on random transfer sets with copied components, and on whole steps of the
-flow engine."""
+"""The flow simulation by symmetry (one transfer per class of interchangeable ones with a multiplicity,
+flowsim.network.symmetry) gives the explicit simulation's times: on random transfer sets with copied components,
+on symmetric groups sharing links, and on whole steps of the flow engine."""
 import functools
 
 import numpy as np
@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import flowsim
-from flowsim.network import collective_flows
+from flowsim.network import collective_flows, symmetry
 from flowsim.network.netsim import simulate
 from flowsim.network.symmetry import quotient
 from flowsim.step import flows as step_flows
+from reference_maxmin import reference_simulate
 
 RTOL = 1e-9
 """Times agree to the event loop's batching tolerance (netsim's default rtol; flowsim.network.symmetry)."""
@@ -67,10 +68,59 @@ def test_quotient_equals_the_explicit_simulation(case):
     assert _close(fast.start_s, slow.start_s) and _close(fast.finish_s, slow.finish_s)
     assert _close(fast.link_busy_s, slow.link_busy_s)
     np.testing.assert_array_equal(fast.link_bytes, slow.link_bytes)
-    q = quotient(np.asarray(case["capacity_Bps"]), case["route_ptr"], case["route_links"],
-                 np.asarray(case["size_bytes"], float), np.asarray(case["release_s"], float),
-                 np.asarray(case["latency_s"], float), case["dep_ptr"], case["dep_idx"])
-    assert q is not None and q.n_classes < q.n_components  # the copies were recognised
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(symmetry, "MAX_CLASS_FRACTION", 1.0)  # build the quotient however little it saves
+        q = quotient(np.asarray(case["capacity_Bps"]), case["route_ptr"], case["route_links"],
+                     np.asarray(case["size_bytes"], float), np.asarray(case["release_s"], float),
+                     np.asarray(case["latency_s"], float), case["dep_ptr"], case["dep_idx"])
+    assert q is not None and q.n_classes < case["route_ptr"].size - 1  # the copies were recognised
+
+
+@st.composite
+def _rotated_groups(draw):
+    """``k`` rotated copies of a random transfer pattern over ``k * n_l`` own links that also share ``n_s``
+    links (one component, no identical copies): the ranks of a collective behind one switch. Returns the netsim
+    inputs and the paths and dependency lists of the slow reference."""
+    n_l, n_s = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    m, k = draw(st.integers(1, 4)), draw(st.integers(2, 4))
+    # a transfer of copy c crosses own links of copies c + shift (shift 0: its own), and shared links
+    hops = [draw(st.lists(st.tuples(st.integers(0, n_l - 1), st.integers(0, k - 1)), min_size=1, max_size=3,
+                          unique=True)) for _ in range(m)]
+    shared = [draw(st.lists(st.integers(0, n_s - 1), max_size=n_s, unique=True)) for _ in range(m)]
+    size = draw(st.lists(st.sampled_from([0.0, 1e3, 2e3, 5e3]), min_size=m, max_size=m))
+    release = draw(st.lists(st.sampled_from([0.0, 1e-6]), min_size=m, max_size=m))
+    deps = [draw(st.lists(st.integers(0, j - 1), max_size=2, unique=True)) if j else [] for j in range(m)]
+    cap = draw(st.lists(st.sampled_from([1e9, 2e9]), min_size=n_l, max_size=n_l))
+    paths, dep = [], []
+    for c in range(k):
+        for j in range(m):
+            paths.append([((c + sh) % k) * n_l + li for li, sh in hops[j]] + [k * n_l + s for s in shared[j]])
+            dep.append([c * m + d for d in deps[j]])
+    n = k * m
+    capacity = [cap[li] for _ in range(k) for li in range(n_l)] + [3e9] * n_s
+    tile = lambda v: [v[t % m] for t in range(n)]  # noqa: E731
+    return capacity, paths, tile(size), tile(release), dep, [1e-6] * n
+
+
+@settings(max_examples=60, deadline=None)
+@given(_rotated_groups())
+def test_symmetric_groups_sharing_links_match_the_slow_reference(inst):
+    cap, paths, size, release, deps, latency = inst
+    ptr = np.r_[0, np.cumsum([len(p) for p in paths])]
+    links = np.array([l for p in paths for l in p], dtype=np.int64)
+    dptr = np.r_[0, np.cumsum([len(d) for d in deps])]
+    didx = np.array([d for ds in deps for d in ds], dtype=np.int64)
+    args = dict(release_s=release, dep_ptr=dptr, dep_idx=didx, latency_s=latency)
+    fast, slow = simulate(cap, ptr, links, size, **args), simulate(cap, ptr, links, size, **args, symmetry=False)
+    start, finish = reference_simulate(cap, paths, size, release, deps, latency)
+    np.testing.assert_allclose(fast.start_s, start, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(fast.finish_s, finish, rtol=1e-9, atol=1e-15)
+    assert _close(fast.link_busy_s, slow.link_busy_s)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(symmetry, "MAX_CLASS_FRACTION", 1.0)
+        q = quotient(np.asarray(cap, float), ptr, links, np.asarray(size, float), np.asarray(release, float),
+                     np.asarray(latency, float), dptr, didx)
+    assert q is not None and q.n_classes <= len(paths) // 2  # the k rotations are one class
 
 
 def test_components_that_differ_are_not_merged():

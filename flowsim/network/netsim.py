@@ -142,8 +142,8 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
 
 
 @njit(cache=True)
-def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, max_rounds,
-              rtol):
+def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
+              max_rounds, rtol):
     """The event loop (see the module docstring).
 
     Parameters
@@ -160,6 +160,9 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
         CSR of dependencies: transfer t waits for ``dep_idx[dep_ptr[t]:dep_ptr[t + 1]]``.
     latency_s : float64[n_transfers]
         Delay between drain end and finish, seconds, >= 0.
+    weights : float64[n_transfers]
+        Multiplicity of each transfer (> 0): it stands for that many identical transfers, each at its rate
+        (:mod:`flowsim.network.maxmin`); 1 but in a quotient (:mod:`flowsim.network.symmetry`).
     max_rounds : int
         Rounds of the local re-solve before falling back to the level restart (``maxmin._resolve_local``).
     rtol : float
@@ -176,7 +179,6 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
     """
     n_links = capacity_Bps.shape[0]
     n = size_bytes.shape[0]
-    weights = np.ones(n)
     link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
     next_ptr, next_idx = _link_csr(n, dep_ptr, dep_idx)  # dependency -> dependents
 
@@ -239,8 +241,8 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
             committed[t] = 0.0
             for h in range(route_ptr[t], route_ptr[t + 1]):
                 l = route_links[h]
-                active_weight[l] -= 1.0
-                if active_weight[l] == 0.0:
+                active_weight[l] -= weights[t]
+                if active_weight[l] == 0.0:  # weights are whole numbers: the sums are exact
                     link_busy_s[l] += now - busy_since[l]
             seeds[n_seeds] = t
             n_seeds += 1
@@ -260,7 +262,7 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
                 l = route_links[h]
                 if active_weight[l] == 0.0:
                     busy_since[l] = now
-                active_weight[l] += 1.0
+                active_weight[l] += weights[t]
             seeds[n_seeds] = t
             n_seeds += 1
         if n_seeds == 0:
@@ -314,10 +316,11 @@ def _floats(name: str, a, n: int, default: float, lower: float) -> np.ndarray:
 
 
 def _simulate_quotient(q: Quotient, capacity_Bps, size, release, latency, rtol: float) -> tuple:
-    """:func:`_simulate` of one component per class of identical ones, its times copied to the others."""
+    """:func:`_simulate` of one transfer per class of interchangeable ones, weighted by the class size, its times
+    copied to the class's transfers and each link class's busy time to its links."""
     t = q.transfers
-    start, finish, busy, n_solves = _simulate(capacity_Bps[q.links], q.route_ptr, q.route_links, size[t], release[t],
-                                              q.dep_ptr, q.dep_idx, latency[t], LOCAL_MAX_ROUNDS, rtol)
+    start, finish, busy, n_solves = _simulate(q.capacity_Bps, q.route_ptr, q.route_links, size[t], release[t],
+                                              q.dep_ptr, q.dep_idx, latency[t], q.weights, LOCAL_MAX_ROUNDS, rtol)
     link_busy_s = np.zeros(capacity_Bps.size)
     used = q.link_of >= 0
     link_busy_s[used] = busy[q.link_of[used]]
@@ -391,7 +394,7 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     q = quotient(capacity_Bps, route_ptr, route_links, size, release, latency, dep_ptr, dep_idx) if symmetry else None
     if q is None:
         start, finish, busy, n_solves = _simulate(capacity_Bps, route_ptr, route_links, size, release, dep_ptr,
-                                                  dep_idx, latency, LOCAL_MAX_ROUNDS, float(rtol))
+                                                  dep_idx, latency, np.ones(n), LOCAL_MAX_ROUNDS, float(rtol))
     else:
         start, finish, busy, n_solves = _simulate_quotient(q, capacity_Bps, size, release, latency, float(rtol))
     stuck = np.isnan(finish)

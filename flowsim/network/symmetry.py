@@ -1,23 +1,34 @@
-"""Independent components of a flow simulation and their symmetry classes.
+"""Classes of interchangeable transfers and links of a flow simulation, and the quotient that simulates one
+transfer per class with a multiplicity.
 
-Max-min fair rates couple only flows that share a link, and a transfer's timing only the transfers it is
-linked to by links or dependencies: the transfers split into *components* (connected through shared links
-and dependency edges) that evolve independently. Many components of a step are copies of each other: the
-data-parallel groups of the eight tensor-parallel ranks, each on its own rail, or the pipeline pairs of a
-stage boundary. Two components are *identical* when, listing each one's transfers in increasing id and
-numbering its links in order of first use along those paths, they have the same sizes, release times,
-latencies, paths (local link numbers), link capacities and dependencies (local transfer numbers). Identical
-components have identical start and finish times; simulating one per class (the *quotient*) and copying its
-times to the others gives the explicit simulation's answer at the cost of the distinct classes.
+Max-min fair sharing is a sequence of linear programs, and a linear program can be solved on the quotient of
+its variables and constraints by their coarsest *equitable partition*, the stable colouring of colour
+refinement (Grohe, Kersting, Mladenov & Selman, "Dimension reduction via colour refinement", ESA 2014). Here
+the partition is of transfers and links: two transfers are in one class when they have the same size, release
+time and latency, the same number of links of each link class on their paths and the same number of
+dependencies in each transfer class; two links when they have the same capacity and carry the same number of
+path hops of each transfer class. Then, by induction over the events of the simulation, the transfers of a
+class become ready together, drain at one max-min rate (progressive filling raises and freezes them together:
+every link of a class carries the same load of each class and saturates at the same level) and finish
+together, and the links of a class are busy over the same intervals.
 
-The class of a component is found by a 64-bit hash of that canonical form and then checked element by
-element against the class's first component, so a hash collision cannot merge different components (a
-component that fails the check is its own class).
+The quotient has one transfer per class, of weight (multiplicity) the class size, whose path lists each link
+class as often as one member's path crosses links of that class, and one link per class, of capacity the
+class size times the link capacity: a link class carries ``sum_F a_LF * |F| * x_F <= |L| * C`` (``a_LF``
+hops of one member of ``F`` in ``L``), which is the members' constraint ``sum_F (|F| a_LF / |L|) x_F <= C``
+summed over the class. This covers identical independent groups (the data-parallel rings of the eight rails,
+the pipeline pairs of a boundary: corresponding elements of identical components get one colour) and symmetric
+groups within one component (the ranks of an all-to-all inside a leaf). Hash ECMP that loads links unevenly
+leaves the transfers it concerns in classes of their own: no approximation is made.
 
-The one difference from a simulation of all components together: there, events of different components
-that fall within the event loop's relative tolerance (``rtol``) of each other are handled in one batch;
-in the quotient, only those of the classes kept. Times agree to about ``rtol`` relative
-(tests/test_flow_symmetry.py).
+Colours are refined by 64-bit hashes (splitmix64 mixing of a colour and the sums of hashed neighbour
+colours) until the number of classes stops growing; the final partition is then checked element by element
+(attributes and neighbour-colour counts of every member against its class's first member), so a hash
+collision cannot merge elements that are not interchangeable (the quotient is dropped instead).
+
+The one difference from the explicit simulation: there, events of different transfers that fall within the
+event loop's relative tolerance (``rtol``) of each other are handled in one batch, and sums of rates over a
+link are taken in another order. Times agree to about ``rtol`` relative (tests/test_flow_symmetry.py).
 """
 from __future__ import annotations
 
@@ -26,282 +37,292 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from flowsim.network.maxmin import _link_csr
+
 __all__ = ["Quotient", "quotient"]
 
+MAX_CLASS_FRACTION = 0.5
+"""Refinement stops, and no quotient is made, once the transfer classes exceed this fraction of the transfers:
+the quotient would save less than this factor of the event loop's work for the cost of more rounds. A cost cap
+only (the quotient is exact either way), set by hand from benchmarks/bench_flow_scaling.py (hash-ECMP traffic
+across leaves is nearly all singletons)."""
+
 _MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15, splitmix64's odd constant (routing.py cites it)
+_M1 = np.int64(-4658895280553007687)  # 0xBF58476D1CE4E5B9, splitmix64's first multiplier
+_M2 = np.int64(-7723592293110705685)  # 0x94D049BB133111EB, splitmix64's second multiplier
+_SALT_LINK, _SALT_DEP, _SALT_FLOW = np.int64(0x51ED27), np.int64(0xDE9E7D), np.int64(0xF10A5E)
 
 
 @njit(cache=True)
-def _find(parent, x):
-    """Root of ``x`` in the union-find forest, halving the path on the way."""
-    while parent[x] != x:
-        parent[x] = parent[parent[x]]
-        x = parent[x]
-    return x
+def _h(x, salt):
+    """splitmix64 finaliser of ``x + salt`` (int64, wrapping)."""
+    z = (x + salt) * _MIX
+    z = (z ^ ((z >> 30) & 0x3FFFFFFFF)) * _M1
+    z = (z ^ ((z >> 27) & 0x1FFFFFFFFF)) * _M2
+    return z ^ ((z >> 31) & 0x1FFFFFFFF)
 
 
 @njit(cache=True)
-def _components(n_links, route_ptr, route_links, dep_ptr, dep_idx):
-    """Component of every transfer (numbered by their smallest transfer id) and of every link (-1: unused).
+def _dense(keys):
+    """Dense colours of int64 ``keys`` numbered in order of first occurrence (open-addressing hash table), and
+    their count."""
+    n = keys.shape[0]
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    slot_key = np.empty(size, dtype=np.int64)
+    slot_col = np.full(size, -1, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    n_col = 0
+    for i in range(n):
+        k = keys[i]
+        j = _h(k, 0) & (size - 1)
+        while slot_col[j] >= 0 and slot_key[j] != k:
+            j = (j + 1) & (size - 1)
+        if slot_col[j] < 0:
+            slot_key[j] = k
+            slot_col[j] = n_col
+            n_col += 1
+        out[i] = slot_col[j]
+    return out, n_col
 
-    Parameters
-    ----------
-    n_links : int
-        Number of links.
-    route_ptr, route_links : int64[n + 1], int64[n_hops]
-        Paths (CSR).
-    dep_ptr, dep_idx : int64[n + 1], int64[n_deps]
-        Dependencies (CSR).
 
-    Returns
-    -------
-    comp : int64[n]
-        Component of each transfer.
-    link_comp : int64[n_links]
-        Component of each link, -1 for a link no transfer uses.
-    n_comp : int
-        Number of components.
-    """
-    n = route_ptr.shape[0] - 1
-    parent = np.arange(n + n_links)
+@njit(cache=True)
+def _depths(dep_ptr, dep_idx):
+    """Longest dependency chain below each transfer (0: none; -1 on a dependency cycle), by Kahn's algorithm.
+    A refinement invariant (a transfer's depth is one more than its deepest dependency's), so starting from it
+    saves one round per level of a long chain (a ring's steps) without changing the stable colouring."""
+    n = dep_ptr.shape[0] - 1
+    nxt_ptr = np.zeros(n + 1, dtype=np.int64)
+    for j in range(dep_idx.shape[0]):
+        nxt_ptr[dep_idx[j] + 1] += 1
     for t in range(n):
-        for h in range(route_ptr[t], route_ptr[t + 1]):
-            a, b = _find(parent, t), _find(parent, n + route_links[h])
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+        nxt_ptr[t + 1] += nxt_ptr[t]
+    fill = nxt_ptr[:-1].copy()
+    nxt = np.empty(dep_idx.shape[0], dtype=np.int64)
+    for t in range(n):
         for j in range(dep_ptr[t], dep_ptr[t + 1]):
-            a, b = _find(parent, t), _find(parent, dep_idx[j])
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    comp = np.empty(n, dtype=np.int64)
-    of_root = np.full(n, -1, dtype=np.int64)
-    n_comp = 0
+            nxt[fill[dep_idx[j]]] = t
+            fill[dep_idx[j]] += 1
+    left = np.diff(dep_ptr)
+    depth = np.full(n, -1, dtype=np.int64)
+    queue = np.empty(n, dtype=np.int64)
+    n_q = 0
     for t in range(n):
-        r = _find(parent, t)  # a transfer root is the component's smallest transfer id (smaller ids win)
-        if of_root[r] < 0:
-            of_root[r] = n_comp
-            n_comp += 1
-        comp[t] = of_root[r]
-    link_comp = np.full(n_links, -1, dtype=np.int64)
-    for t in range(n):
-        for h in range(route_ptr[t], route_ptr[t + 1]):
-            link_comp[route_links[h]] = comp[t]
-    return comp, link_comp, n_comp
+        if left[t] == 0:
+            depth[t] = 0
+            queue[n_q] = t
+            n_q += 1
+    i = 0
+    while i < n_q:
+        t = queue[i]
+        i += 1
+        for j in range(nxt_ptr[t], nxt_ptr[t + 1]):
+            d = nxt[j]
+            depth[d] = max(depth[d], depth[t] + 1)
+            left[d] -= 1
+            if left[d] == 0:
+                queue[n_q] = d
+                n_q += 1
+    return depth
 
 
 @njit(cache=True)
-def _canonical(n_links, route_ptr, route_links, dep_ptr, dep_idx, comp, n_comp):
-    """Local numbering of transfers and links within their components, and the components' transfers.
-
-    Returns
-    -------
-    comp_ptr, members : int64[n_comp + 1], int64[n]
-        Transfers of each component, increasing (CSR).
-    t_local : int64[n]
-        Position of each transfer in its component.
-    l_local : int64[n_links]
-        Number of each link in its component, in order of first use along the component's paths (-1: unused).
-    n_local_links : int64[n_comp]
-        Links of each component.
-    """
-    n = comp.shape[0]
-    comp_ptr = np.zeros(n_comp + 1, dtype=np.int64)
+def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, size_bits, release_bits,
+            latency_bits, cap_bits, max_rounds, max_classes):
+    """Colour refinement from the transfers' attributes and depths and the links' capacities: each round hashes
+    a transfer's colour with the sums of its path links' and dependencies' hashed colours, a used link's with
+    the sum of its transfers' (multiset hashes), until the class counts stop growing or the transfer classes
+    pass ``max_classes``. Returns the transfer colours, their count, the link colours (-1 for unused links) and
+    their count."""
+    n = size_bits.shape[0]
+    depth = _depths(dep_ptr, dep_idx)
+    key = np.empty(n, dtype=np.int64)
     for t in range(n):
-        comp_ptr[comp[t] + 1] += 1
-    for c in range(n_comp):
-        comp_ptr[c + 1] += comp_ptr[c]
-    fill = comp_ptr[:-1].copy()
-    members = np.empty(n, dtype=np.int64)
-    t_local = np.empty(n, dtype=np.int64)
-    for t in range(n):
-        c = comp[t]
-        members[fill[c]] = t
-        t_local[t] = fill[c] - comp_ptr[c]
-        fill[c] += 1
-    l_local = np.full(n_links, -1, dtype=np.int64)
-    n_local_links = np.zeros(n_comp, dtype=np.int64)
-    for c in range(n_comp):
-        for k in range(comp_ptr[c], comp_ptr[c + 1]):
-            t = members[k]
+        key[t] = _h(_h(_h(_h(size_bits[t], 1), release_bits[t]), latency_bits[t]), depth[t])
+    tcol, n_tc = _dense(key)
+    lcol = np.full(cap_bits.shape[0], -1, dtype=np.int64)
+    lkey = np.empty(used.shape[0], dtype=np.int64)
+    for i in range(used.shape[0]):
+        lkey[i] = cap_bits[used[i]]
+    lc, n_lc = _dense(lkey)
+    for i in range(used.shape[0]):
+        lcol[used[i]] = lc[i]
+    for _ in range(max_rounds):
+        if n_tc > max_classes:
+            break
+        for t in range(n):
+            a = np.int64(0)
             for h in range(route_ptr[t], route_ptr[t + 1]):
-                l = route_links[h]
-                if l_local[l] < 0:
-                    l_local[l] = n_local_links[c]
-                    n_local_links[c] += 1
-    return comp_ptr, members, t_local, l_local, n_local_links
-
-
-@njit(cache=True)
-def _mix(h, x):
-    h = (h ^ x) * _MIX
-    return h ^ ((h >> 29) & 0x7FFFFFFFF)
-
-
-@njit(cache=True)
-def _fingerprints(route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, size_bits,
-                  release_bits, latency_bits, cap_bits):
-    """64-bit hash of each component's canonical form (``*_bits``: the float64 inputs viewed as int64)."""
-    n_comp = comp_ptr.shape[0] - 1
-    out = np.empty(n_comp, dtype=np.int64)
-    for c in range(n_comp):
-        h = np.int64(comp_ptr[c + 1] - comp_ptr[c])
-        for k in range(comp_ptr[c], comp_ptr[c + 1]):
-            t = members[k]
-            h = _mix(_mix(_mix(h, size_bits[t]), release_bits[t]), latency_bits[t])
-            h = _mix(h, route_ptr[t + 1] - route_ptr[t])
-            for j in range(route_ptr[t], route_ptr[t + 1]):
-                h = _mix(_mix(h, l_local[route_links[j]]), cap_bits[route_links[j]])
-            h = _mix(h, dep_ptr[t + 1] - dep_ptr[t])
+                a += _h(lcol[route_links[h]], _SALT_LINK)
+            d = np.int64(0)
             for j in range(dep_ptr[t], dep_ptr[t + 1]):
-                h = _mix(h, t_local[dep_idx[j]])
-        out[c] = h
-    return out
+                d += _h(tcol[dep_idx[j]], _SALT_DEP)
+            key[t] = _h(_h(tcol[t], a), d)
+        for i in range(used.shape[0]):
+            l = used[i]
+            a = np.int64(0)
+            for k in range(link_ptr[l], link_ptr[l + 1]):
+                a += _h(tcol[link_flows[k]], _SALT_FLOW)
+            lkey[i] = _h(lcol[l], a)
+        tc2, n_tc2 = _dense(key)
+        lc2, n_lc2 = _dense(lkey)
+        if n_tc2 == n_tc and n_lc2 == n_lc:
+            break
+        tcol, n_tc, n_lc = tc2, n_tc2, n_lc2
+        for i in range(used.shape[0]):
+            lcol[used[i]] = lc2[i]
+    return tcol, n_tc, lcol, n_lc
 
 
 @njit(cache=True)
-def _same(a, b, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, size_bits,
-          release_bits, latency_bits, cap_bits):
-    """Whether components ``a`` and ``b`` have the same canonical form (element by element)."""
-    if comp_ptr[a + 1] - comp_ptr[a] != comp_ptr[b + 1] - comp_ptr[b]:
+def _same_counts(cnt, a_idx, a_lo, a_hi, b_idx, b_lo, b_hi, col):
+    """Whether ``col[a_idx[a_lo:a_hi]]`` and ``col[b_idx[b_lo:b_hi]]`` are the same multiset (``cnt``: zeros
+    over the colours, left zero)."""
+    if a_hi - a_lo != b_hi - b_lo:
         return False
-    for k in range(comp_ptr[a + 1] - comp_ptr[a]):
-        s, t = members[comp_ptr[a] + k], members[comp_ptr[b] + k]
-        if size_bits[s] != size_bits[t] or release_bits[s] != release_bits[t] or latency_bits[s] != latency_bits[t]:
+    for k in range(a_lo, a_hi):
+        cnt[col[a_idx[k]]] += 1
+    for k in range(b_lo, b_hi):
+        cnt[col[b_idx[k]]] -= 1
+    ok = True
+    for k in range(a_lo, a_hi):
+        if cnt[col[a_idx[k]]] != 0:
+            ok = False
+        cnt[col[a_idx[k]]] = 0
+    for k in range(b_lo, b_hi):
+        cnt[col[b_idx[k]]] = 0
+    return ok
+
+
+@njit(cache=True)
+def _equitable(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, tcol, lcol, t_rep, l_rep,
+               size_bits, release_bits, latency_bits, cap_bits, n_tc, n_lc):
+    """Whether the colouring is equitable: every transfer has its class representative's attributes, link-colour
+    counts on its path and transfer-colour counts among its dependencies; every used link its representative's
+    capacity and transfer-colour counts among its transfers."""
+    lcnt = np.zeros(n_lc, dtype=np.int64)
+    tcnt = np.zeros(n_tc, dtype=np.int64)
+    for t in range(tcol.shape[0]):
+        r = t_rep[tcol[t]]
+        if r == t:
+            continue
+        if size_bits[t] != size_bits[r] or release_bits[t] != release_bits[r] or latency_bits[t] != latency_bits[r]:
             return False
-        if route_ptr[s + 1] - route_ptr[s] != route_ptr[t + 1] - route_ptr[t]:
+        if not _same_counts(lcnt, route_links, route_ptr[r], route_ptr[r + 1], route_links, route_ptr[t],
+                            route_ptr[t + 1], lcol):
             return False
-        for j in range(route_ptr[s + 1] - route_ptr[s]):
-            ls, lt = route_links[route_ptr[s] + j], route_links[route_ptr[t] + j]
-            if l_local[ls] != l_local[lt] or cap_bits[ls] != cap_bits[lt]:
-                return False
-        if dep_ptr[s + 1] - dep_ptr[s] != dep_ptr[t + 1] - dep_ptr[t]:
+        if not _same_counts(tcnt, dep_idx, dep_ptr[r], dep_ptr[r + 1], dep_idx, dep_ptr[t], dep_ptr[t + 1], tcol):
             return False
-        for j in range(dep_ptr[s + 1] - dep_ptr[s]):
-            if t_local[dep_idx[dep_ptr[s] + j]] != t_local[dep_idx[dep_ptr[t] + j]]:
-                return False
+    for i in range(used.shape[0]):
+        l = used[i]
+        r = l_rep[lcol[l]]
+        if r == l:
+            continue
+        if cap_bits[l] != cap_bits[r]:
+            return False
+        if not _same_counts(tcnt, link_flows, link_ptr[r], link_ptr[r + 1], link_flows, link_ptr[l],
+                            link_ptr[l + 1], tcol):
+            return False
     return True
 
 
 @njit(cache=True)
-def _check_classes(rep, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, size_bits,
-                   release_bits, latency_bits, cap_bits):
-    """``rep`` (each component's class representative, by hash) with every component that is not identical to
-    its representative made its own representative."""
-    for c in range(rep.shape[0]):
-        if rep[c] != c and not _same(rep[c], c, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members,
-                                     t_local, l_local, size_bits, release_bits, latency_bits, cap_bits):
-            rep[c] = c
-    return rep
-
-
-@njit(cache=True)
-def _build(is_rep, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, t_off, l_off,
-           link_comp):
-    """The quotient's transfers (the representatives' ones, component by component) with paths and
-    dependencies renumbered: transfer ``members[k]`` of representative ``c`` becomes ``t_off[c] + t_local``,
-    its link ``l`` becomes ``l_off[c] + l_local[l]``."""
-    n_q = 0
-    n_hops = 0
-    n_deps = 0
-    for c in range(is_rep.shape[0]):
-        if is_rep[c]:
-            for k in range(comp_ptr[c], comp_ptr[c + 1]):
-                t = members[k]
-                n_q += 1
-                n_hops += route_ptr[t + 1] - route_ptr[t]
-                n_deps += dep_ptr[t + 1] - dep_ptr[t]
-    q_ids = np.empty(n_q, dtype=np.int64)
+def _build(t_rep, route_ptr, route_links, dep_ptr, dep_idx, tcol, lcol):
+    """The quotient's paths (each representative's links as link classes) and dependencies (its dependencies as
+    transfer classes, each class once)."""
+    n_q = t_rep.shape[0]
     q_ptr = np.zeros(n_q + 1, dtype=np.int64)
-    q_links = np.empty(n_hops, dtype=np.int64)
+    n_deps = 0
+    for c in range(n_q):
+        r = t_rep[c]
+        q_ptr[c + 1] = q_ptr[c] + route_ptr[r + 1] - route_ptr[r]
+        n_deps += dep_ptr[r + 1] - dep_ptr[r]
+    q_links = np.empty(q_ptr[n_q], dtype=np.int64)
     q_dep_ptr = np.zeros(n_q + 1, dtype=np.int64)
     q_dep_idx = np.empty(n_deps, dtype=np.int64)
-    i = 0
-    for c in range(is_rep.shape[0]):
-        if is_rep[c]:
-            for k in range(comp_ptr[c], comp_ptr[c + 1]):
-                t = members[k]
-                q_ids[i] = t
-                q_ptr[i + 1] = q_ptr[i]
-                for h in range(route_ptr[t], route_ptr[t + 1]):
-                    l = route_links[h]
-                    q_links[q_ptr[i + 1]] = l_off[link_comp[l]] + l_local[l]
-                    q_ptr[i + 1] += 1
-                q_dep_ptr[i + 1] = q_dep_ptr[i]
-                for j in range(dep_ptr[t], dep_ptr[t + 1]):
-                    q_dep_idx[q_dep_ptr[i + 1]] = t_off[c] + t_local[dep_idx[j]]
-                    q_dep_ptr[i + 1] += 1
-                i += 1
-    return q_ids, q_ptr, q_links, q_dep_ptr, q_dep_idx
+    seen = np.full(n_q, -1, dtype=np.int64)
+    for c in range(n_q):
+        r = t_rep[c]
+        for k in range(route_ptr[r + 1] - route_ptr[r]):
+            q_links[q_ptr[c] + k] = lcol[route_links[route_ptr[r] + k]]
+        q_dep_ptr[c + 1] = q_dep_ptr[c]
+        for j in range(dep_ptr[r], dep_ptr[r + 1]):
+            d = tcol[dep_idx[j]]
+            if seen[d] != c:
+                seen[d] = c
+                q_dep_idx[q_dep_ptr[c + 1]] = d
+                q_dep_ptr[c + 1] += 1
+    return q_ptr, q_links, q_dep_ptr, q_dep_idx[:q_dep_ptr[n_q]].copy()
 
 
 @dataclass(frozen=True, eq=False)
 class Quotient:
-    """One transfer set per class of identical components, and how to copy its results back.
+    """One transfer per class of interchangeable transfers, one link per class of links, and how to copy the
+    results back.
 
     Attributes
     ----------
-    route_ptr, route_links, dep_ptr, dep_idx : int64 arrays
-        The quotient's paths and dependencies (CSR), quotient transfer and link numbers.
-    transfers : int64[n_q]
-        The original id of each quotient transfer.
-    links : int64[n_q_links]
-        The original id of each quotient link.
+    capacity_Bps : float64[n_link_classes]
+        Each link class's capacity: its links' total, bytes/s.
+    route_ptr, route_links : int64 arrays
+        The quotient's paths (CSR) over link classes, a class listed as often as one member crosses it.
+    dep_ptr, dep_idx : int64 arrays
+        The quotient's dependencies (CSR) over transfer classes.
+    weights : float64[n_classes]
+        Transfers in each class (the multiplicity of its quotient transfer).
+    transfers : int64[n_classes]
+        Each class's first transfer (original id): its size, release and latency are the class's.
     transfer_of : int64[n]
-        The quotient transfer whose times each original transfer takes.
+        The class of each original transfer.
     link_of : int64[n_links]
-        The quotient link whose busy time each original link takes (-1: unused).
-    n_components, n_classes : int
-        Components of the original transfers, and distinct classes among them.
+        The class of each original link (-1: no transfer uses it).
+    n_classes, n_link_classes : int
+        Transfer and link classes.
     """
 
+    capacity_Bps: np.ndarray
     route_ptr: np.ndarray
     route_links: np.ndarray
     dep_ptr: np.ndarray
     dep_idx: np.ndarray
+    weights: np.ndarray
     transfers: np.ndarray
-    links: np.ndarray
     transfer_of: np.ndarray
     link_of: np.ndarray
-    n_components: int
     n_classes: int
+    n_link_classes: int
 
 
 def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.ndarray, size_bytes: np.ndarray,
              release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray):
-    """The quotient of a checked transfer set (:func:`flowsim.network.netsim.simulate`'s arrays) by identical
-    components; ``None`` when every component is distinct (nothing to save).
+    """The quotient of a checked transfer set (:func:`flowsim.network.netsim.simulate`'s arrays) by its coarsest
+    equitable partition; ``None`` when the classes are more than :data:`MAX_CLASS_FRACTION` of the transfers
+    (little to save) or the partition fails its check (a hash collision).
 
     Returns
     -------
     Quotient or None
     """
-    n_links = capacity_Bps.shape[0]
-    comp, link_comp, n_comp = _components(n_links, route_ptr, route_links, dep_ptr, dep_idx)
-    if n_comp < 2:
+    n, n_links = route_ptr.shape[0] - 1, capacity_Bps.shape[0]
+    if n < 2:
         return None
-    comp_ptr, members, t_local, l_local, n_local_links = _canonical(n_links, route_ptr, route_links, dep_ptr,
-                                                                    dep_idx, comp, n_comp)
-    bits = (size_bytes.view(np.int64), release_s.view(np.int64), latency_s.view(np.int64),
-            capacity_Bps.view(np.int64))
-    fp = _fingerprints(route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, *bits)
-    _, first, inverse = np.unique(fp, return_index=True, return_inverse=True)
-    rep = _check_classes(first[inverse].astype(np.int64), route_ptr, route_links, dep_ptr, dep_idx, comp_ptr,
-                         members, t_local, l_local, *bits)
-    is_rep = rep == np.arange(n_comp)
-    n_classes = int(is_rep.sum())
-    if n_classes == n_comp:
+    bits = (size_bytes.view(np.int64), release_s.view(np.int64), latency_s.view(np.int64))
+    cap_bits = capacity_Bps.view(np.int64)
+    link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
+    used = np.flatnonzero(np.diff(link_ptr) > 0)
+    tcol, n_tc, lcol, n_lc = _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, *bits,
+                                     cap_bits, n + used.size, int(n * MAX_CLASS_FRACTION))
+    if n_tc > n * MAX_CLASS_FRACTION:
         return None
-    t_off = np.zeros(n_comp, dtype=np.int64)
-    t_off[is_rep] = np.cumsum(np.diff(comp_ptr)[is_rep]) - np.diff(comp_ptr)[is_rep]
-    l_off = np.zeros(n_comp, dtype=np.int64)
-    l_off[is_rep] = np.cumsum(n_local_links[is_rep]) - n_local_links[is_rep]
-    q_ids, q_ptr, q_links, q_dep_ptr, q_dep_idx = _build(is_rep, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr,
-                                                         members, t_local, l_local, t_off, l_off, link_comp)
-    used = np.flatnonzero(link_comp >= 0)
-    link_of = np.full(n_links, -1, dtype=np.int64)
-    link_of[used] = l_off[rep[link_comp[used]]] + l_local[used]
-    q_link_ids = np.empty(int(n_local_links[is_rep].sum()), dtype=np.int64)
-    rep_used = used[is_rep[link_comp[used]]]
-    q_link_ids[link_of[rep_used]] = rep_used
-    return Quotient(q_ptr, q_links, q_dep_ptr, q_dep_idx, q_ids, q_link_ids, t_off[rep[comp]] + t_local, link_of,
-                    n_comp, n_classes)
+    _, t_rep = np.unique(tcol, return_index=True)  # colours are numbered by first occurrence: increasing
+    _, first = np.unique(lcol[used], return_index=True)
+    l_rep = used[first]
+    if not _equitable(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, tcol, lcol, t_rep,
+                      l_rep, *bits, cap_bits, n_tc, n_lc):
+        return None
+    t_rep = t_rep.astype(np.int64)
+    q_ptr, q_links, q_dep_ptr, q_dep_idx = _build(t_rep, route_ptr, route_links, dep_ptr, dep_idx, tcol, lcol)
+    weights = np.bincount(tcol, minlength=n_tc).astype(np.float64)
+    capacity = np.bincount(lcol[used], minlength=n_lc) * capacity_Bps[l_rep]
+    return Quotient(capacity, q_ptr, q_links, q_dep_ptr, q_dep_idx, weights, t_rep, tcol, lcol, n_tc, n_lc)
