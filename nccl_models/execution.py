@@ -186,9 +186,10 @@ _TREE_LL128_SHRINK = ((64, 128 * 1024), (16, 32 * 1024))
 
 
 def tree_depth(layout: CommLayout) -> int:
-    """Hops from the deepest rank to the root of NCCL's tree: the chain inside a node (``ppn - 1``) and the
-    binary tree over the nodes (``ceil(log2(nNodes))``, ``trees.cc`` ``ncclGetBtree``)."""
-    return layout.ranks_per_node - 1 + math.ceil(math.log2(layout.n_nodes))
+    """Hops from the deepest rank to the root of NCCL's tree: the chain inside a node (``ppn - 1``; the largest
+    node's when they are uneven) and the binary tree over the nodes (``ceil(log2(nNodes))``, ``trees.cc``
+    ``ncclGetBtree``)."""
+    return max(layout.node_sizes) - 1 + math.ceil(math.log2(layout.n_nodes))
 
 
 def tree_chunk_bytes(p: Proto, per_channel: float, depth: int, layout: CommLayout) -> float:

@@ -138,6 +138,22 @@ def _ring_search(layout: CommLayout, arch: Arch, intra_Bps: float) -> tuple[int,
     return _best(cands)
 
 
+def _smallest(per_node: list) -> Graphs:
+    """The graphs NCCL keeps from several nodes' searches: the minimum channel count and speeds of each."""
+    def least(graphs):
+        graphs = [g for g in graphs if g is not None]
+        if len(graphs) < len(per_node):
+            return None
+        return Graph(min(g.n_channels for g in graphs), min(g.bw_intra_Bps for g in graphs),
+                     min(g.bw_inter_Bps for g in graphs))
+
+    first = per_node[0]
+    return Graphs(least([g.ring for g in per_node]), least([g.tree for g in per_node]),
+                  least([g.nvls for g in per_node]), first.intra_hw, min(g.intra_Bps for g in per_node),
+                  min(g.exec_channels for g in per_node), min(g.nvls_exec_channels for g in per_node),
+                  first.same_channels)
+
+
 def _top_speed(ladder, limit_Bps: float) -> float:
     """Highest ladder speed (bytes/s) not above ``limit_Bps``; the lowest rung if none fits."""
     for s in ladder:
@@ -170,7 +186,13 @@ def graphs_of(layout: CommLayout) -> Graphs:
     ``NCCL_MAX_CTAS`` (``layout.max_ctas``) caps the graph and execution channels, ``NCCL_MIN_CTAS`` raises the
     execution channels (NCCL 2.30.7 ``init.cc`` / ``connect.cc`` honour them after ``ncclTopoPostset``,
     duplicating channels for the minimum) [inferred: NCCL's cost model then sees the capped graph].
+    Uneven nodes (``layout.node_ranks``): every node searches its own graph and NCCL keeps the smallest channel
+    count and speeds of all (``init.cc`` ``initTransportsRank``: the all-gathered graph info is reduced with
+    ``min`` over the nodes), so each distinct node size is searched as an even layout of that size.
     """
+    if layout.uneven:
+        return _smallest([graphs_of(replace(layout, n_ranks=m * layout.n_nodes, node_ranks=()))
+                          for m in sorted(set(layout.node_ranks))])
     cc = layout.compute_capability
     arch = arch_of(cc, layout.version)
     intra_ladder = speed_ladder_gbps(arch, "intra", layout.version)

@@ -17,14 +17,16 @@ class CommLayout:
 
     A "node" here is what NCCL calls a node: a set of ranks that reach each other over the scale-up
     fabric (one HGX host, or a whole NVL72 rack with multi-node NVLink). Ranks of different nodes talk
-    over the network. Ranks are spread evenly: every node holds ``n_ranks / n_nodes`` of them.
+    over the network. Ranks are spread evenly (every node holds ``n_ranks / n_nodes`` of them) unless
+    ``node_ranks`` lists each node's (NVSwitch fabrics only: a partly filled NVL72 rack, a group with more
+    ranks on one HGX host than another).
 
     Attributes
     ----------
     n_ranks : int
         Ranks in the communicator, >= 1.
     n_nodes : int
-        Scale-up domains the ranks span, >= 1; must divide ``n_ranks``.
+        Scale-up domains the ranks span, >= 1; must divide ``n_ranks`` unless ``node_ranks`` is given.
     compute_capability : int
         CUDA compute capability x10 (70, 80, 90, 100); for AMD the gfx number (94 MI300X, 95 MI355X).
     vendor : str
@@ -56,6 +58,11 @@ class CommLayout:
     mnnvl : bool
         Multi-node NVLink: a node (NVLink domain) of the communicator spans several hosts (GB200 NVL72 trays),
         which NCCL joins into one NVLink clique (:mod:`flowsim.nccl_models.execution`, ``MNNVL_BW_EFFICIENCY``).
+    node_ranks : tuple of int
+        Ranks on each node, in comm rank order (node-major), when the nodes hold different numbers; ``()``
+        (default) for an even spread, to which an even tuple is normalised. Their sum is ``n_ranks``, their
+        count ``n_nodes``. NCCL's formulas keep ``nRanks / nNodes`` (``ranks_per_node``); its graph search
+        runs on every node and keeps the smallest result (:func:`flowsim.nccl_models.graph.graphs_of`).
     """
 
     n_ranks: int
@@ -75,6 +82,7 @@ class CommLayout:
     min_ctas: int = 0
     max_ctas: int = 0
     mnnvl: bool = False
+    node_ranks: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "nccl_version", str(parse_nccl_version(self.nccl_version)))
@@ -82,9 +90,10 @@ class CommLayout:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(name, "must be a positive integer", v)
-        if self.n_ranks % self.n_nodes:
-            raise ConfigError("n_nodes", "must divide n_ranks (same ranks on every node)",
-                              f"{self.n_ranks} ranks on {self.n_nodes} nodes")
+        self._check_node_ranks()
+        if self.n_ranks % self.n_nodes and not self.node_ranks:
+            raise ConfigError("n_nodes", "must divide n_ranks (same ranks on every node) unless node_ranks "
+                                         "lists each node's", f"{self.n_ranks} ranks on {self.n_nodes} nodes")
         if self.vendor not in VENDORS:
             raise ConfigError("vendor", f"must be one of {', '.join(VENDORS)}", self.vendor)
         if self.scaleup_kind not in SCALEUP_KINDS:
@@ -117,10 +126,39 @@ class CommLayout:
         """The NCCL release modelled (parsed ``nccl_version``)."""
         return parse_nccl_version(self.nccl_version)
 
+    def _check_node_ranks(self) -> None:
+        """Validate ``node_ranks`` and store ``()`` for an even spread."""
+        if not self.node_ranks:
+            object.__setattr__(self, "node_ranks", ())
+            return
+        try:
+            sizes = tuple(int(m) for m in self.node_ranks)
+        except (TypeError, ValueError):
+            raise ConfigError("node_ranks", "must be a list of positive integers", self.node_ranks) from None
+        if len(sizes) != self.n_nodes or min(sizes) < 1 or sum(sizes) != self.n_ranks or \
+                any(m != v for m, v in zip(sizes, self.node_ranks)):
+            raise ConfigError("node_ranks", f"must list n_nodes = {self.n_nodes} positive integers summing to "
+                                            f"n_ranks = {self.n_ranks}", self.node_ranks)
+        if len(set(sizes)) > 1 and self.scaleup_kind != "nvswitch":
+            raise ConfigError("node_ranks", "uneven nodes are modelled on NVSwitch fabrics only",
+                              f"{self.scaleup_kind}: {sizes}")
+        object.__setattr__(self, "node_ranks", sizes if len(set(sizes)) > 1 else ())
+
     @property
     def ranks_per_node(self) -> int:
-        """Ranks of the communicator on each node (NCCL's ``ppn``)."""
+        """Ranks of the communicator on each node (NCCL's ``ppn``: ``nRanks / nNodes``, rounded down when the
+        nodes are uneven, as NCCL's ``tuning.cc`` divides)."""
         return self.n_ranks // self.n_nodes
+
+    @property
+    def node_sizes(self) -> tuple:
+        """Ranks on each node, in comm rank order (``node_ranks``, or ``ranks_per_node`` on every node)."""
+        return self.node_ranks or (self.ranks_per_node,) * self.n_nodes
+
+    @property
+    def uneven(self) -> bool:
+        """The nodes hold different numbers of ranks."""
+        return bool(self.node_ranks)
 
     def to_dict(self) -> dict:
         """Field mapping (units in the names), plus ``ranks_per_node``."""

@@ -98,6 +98,10 @@ __getattr__ = module_getattr(__name__)  # rank orders and NVLS helpers moved to 
 PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain", "P2P")
 """Algorithms (NCCL names) that have a plan. NVLS across nodes (NVLS + SHARP) has none."""
 
+_EVEN_ONLY = ("NVLSTree", "CollNetDirect", "CollNetChain")
+"""Algorithms whose plans (:mod:`~flowsim.nccl_models.switch_plans`) place heads at fixed local ranks of equal
+nodes: on uneven nodes the flow engine picks among the others (PAT needs one rank per node anyway)."""
+
 DEFAULT_MAX_TRANSFERS = 1 << 13
 """Transfers above which a plan merges steps/loops/chunks (a cost cap, set from benchmarks/bench_collectives.py)."""
 
@@ -231,6 +235,8 @@ def _check(op: str, size_bytes: float, layout: CommLayout, algo: str, proto: str
         raise ConfigError("algo", f"{algo} runs AllReduce only", op)
     if algo == "PAT" and op not in ("allgather", "reducescatter"):
         raise ConfigError("algo", "PAT runs AllGather/ReduceScatter only", op)
+    if layout.uneven and algo in _EVEN_ONLY:
+        raise ConfigError("algo", f"{algo} plans need the same ranks on every node", layout.node_ranks)
     return size
 
 
@@ -356,15 +362,16 @@ def _ring(coll: Coll, size: float, layout: CommLayout, channels: int, p: Proto, 
 
 def _tree(size: float, layout: CommLayout, channels: int, p: Proto, max_transfers: int):
     """Tree AllReduce: intra-node chains + double binary tree, reduce up then broadcast down."""
-    ppn, nn = layout.ranks_per_node, layout.n_nodes
+    nn = layout.n_nodes
     R = distinct_rings(layout, channels) * (2 if nn > 1 else 1)  # each ring path runs both trees
-    order = ring_order(layout, R).reshape(R, nn, ppn)  # chain per node, head first
+    order = ring_order(layout, R)  # node by node, each node's chain head first
+    first = np.concatenate([[0], np.cumsum(layout.node_sizes)[:-1]])
+    inner = np.setdiff1d(np.arange(layout.n_ranks), first)  # chain positions below a head
     t0, t1 = dtree_parent(nn)
     node_parent = np.stack([t0, t1])[np.arange(R) % 2]  # [R, nn]
     parent = np.full((R, layout.n_ranks), -1, dtype=np.int64)
-    rows = np.arange(R)[:, None, None]
-    parent[rows, order[:, :, 1:]] = order[:, :, :-1]
-    heads = order[:, :, 0]
+    parent[np.arange(R)[:, None], order[:, inner]] = order[:, inner - 1]
+    heads = order[:, first]
     up_node = np.maximum(node_parent, 0)
     parent[np.arange(R)[:, None], heads] = np.where(node_parent >= 0, heads[np.arange(R)[:, None], up_node], -1)
     depth = parent_depth(parent)
@@ -445,10 +452,11 @@ def _planned_override(op: str, algo: str | None, layout: CommLayout) -> str | No
     if op in P2P_OPS:
         return algo
     allowed = parse_override(algo, op, "algo") if algo else frozenset(Algo)
-    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS and not (a == Algo.NVLS and layout.n_nodes > 1)}
+    planned = {a for a in allowed if ALGO_NAMES[a] in PLANNED_ALGOS and not (a == Algo.NVLS and layout.n_nodes > 1)
+               and not (layout.uneven and ALGO_NAMES[a] in _EVEN_ONLY)}
     if not planned:
         raise ConfigError("algo", f"the flow engine has plans for {', '.join(PLANNED_ALGOS[:-1])} only (and NVLS "
-                                  "on one NVLink domain)", algo)
+                                  "on one NVLink domain; Ring and Tree on uneven nodes)", algo)
     return ",".join(sorted(ALGO_NAMES[a].lower() for a in planned))
 
 

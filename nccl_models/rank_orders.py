@@ -64,7 +64,7 @@ def distinct_rings(layout: CommLayout, channels: int) -> int:
     """
     if layout.n_nodes == 1:
         return min(channels, layout.ranks_per_node - 2) if is_mesh(layout) else 1
-    return max(1, min(channels, layout.nics_per_node, layout.ranks_per_node))
+    return max(1, min(channels, layout.nics_per_node, min(layout.node_sizes)))
 
 
 def walecki_rings(m: int) -> np.ndarray:
@@ -100,9 +100,15 @@ def ring_order(layout: CommLayout, n_rings: int) -> np.ndarray:
     (switch). On a full mesh it follows the Walecki ring ``c`` (one node, :func:`walecki_rings`) or the
     zigzag path from ``s_c + j * ppn / 2`` in node ``j`` (several nodes, :func:`zigzag_path`): no two rings
     share a mesh link, and a ring enters node ``j + 1`` at the local rank where it left node ``j`` (one rail).
+    Uneven nodes (switch only): node ``j`` of ``m_j`` ranks is entered at its local rank ``c * m_j / n_rings``.
     """
-    ppn = layout.ranks_per_node
     c = np.arange(n_rings)[:, None]
+    if layout.uneven:
+        sizes = np.asarray(layout.node_sizes)
+        first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return np.concatenate([f + (c * m // n_rings + np.arange(m)[None, :]) % m for f, m in zip(first, sizes)],
+                              axis=1)
+    ppn = layout.ranks_per_node
     start = c * ppn // n_rings
     if is_mesh(layout) and layout.n_nodes == 1:
         local = walecki_rings(ppn)[:n_rings]

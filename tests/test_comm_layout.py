@@ -61,11 +61,20 @@ def test_first_rank_offsets_the_group():
     ((0, 1), "n_ranks: must be a positive integer"),
     ((8, 0), "stride: must be a positive integer"),
     ((16, 8), "n_ranks: group of 16 ranks with stride 8 needs global rank 120"),
-    ((3, 4), "stride: the group's ranks are spread unevenly"),
 ])
 def test_bad_groups(args, message):
     with pytest.raises(ConfigError, match=message):
         group_layout(DGX, H100, *args)
+
+
+def test_uneven_groups_on_nvswitch_list_each_node_and_are_refused_elsewhere():
+    lay = group_layout(DGX, H100, 3, 4)  # GPUs 0 and 4 of host 0, GPU 0 of host 1
+    assert (lay.n_nodes, lay.node_ranks, lay.ranks_per_node, lay.nics_per_node) == (2, (2, 1), 1, 1)
+    mesh = GPUSpec(**{**H100.__dict__, "key": "mi300x", "scaleup_kind": "xgmi_mesh", "scaleup_links": 7,
+                      "nvls": False})
+    with pytest.raises(ConfigError, match="^stride: the group's ranks are spread unevenly over the scale-up "
+                                          "domains \\(modelled on NVSwitch fabrics only, not xgmi_mesh\\)"):
+        group_layout(DGX, mesh, 3, 4)
 
 
 def test_job_spreads_evenly_over_nvl72_racks():
@@ -77,5 +86,21 @@ def test_job_spreads_evenly_over_nvl72_racks():
     assert job_domain_size(ClusterConfig(num_gpus=128, **rack)) == 64
     assert job_domain_size(ClusterConfig(num_gpus=64, **rack)) == 64
     assert job_domain_size(ClusterConfig(num_gpus=144, **rack)) == 72
-    with pytest.raises(ConfigError, match="^num_gpus: must spread evenly over whole hosts of 2 NVLink domains"):
-        job_domain_size(ClusterConfig(num_gpus=132, **rack))
+
+
+def test_uneven_job_fills_nvl72_racks_in_order():
+    """2,496 GPUs on 35 racks (624 trays): 34 full racks and one of 12 trays, as the topology places them; the
+    communicator of all of them has 35 NCCL nodes, the last with 48 ranks and 48 NICs."""
+    from flowsim.config.cluster import job_domain_size, job_domains
+
+    rack = dict(gpu="gb200", gpus_per_node=4, nvlink_domain=72, nics_per_node=4)
+    assert job_domain_size(ClusterConfig(num_gpus=132, **rack)) == 72  # 2 x 66 is not whole trays
+    assert job_domains(ClusterConfig(num_gpus=132, **rack)) == (72, 60)
+    assert job_domains(ClusterConfig(num_gpus=128, **rack)) == (64, 64)
+    job = ClusterConfig(num_gpus=2496, **rack)
+    assert job_domains(job) == (72,) * 34 + (48,)
+    lay = group_layout(job, GB200, 2496, 1)
+    assert (lay.n_nodes, lay.node_ranks, lay.nics_per_node, lay.ranks_per_node) == (35, (72,) * 34 + (48,), 48, 71)
+    dp = group_layout(job, GB200, 624, 4, first_rank=3)  # the DP group of TP rank 3 (TP = 4, one tray)
+    assert (dp.n_nodes, dp.node_ranks, dp.nics_per_node, dp.mnnvl) == (35, (18,) * 34 + (12,), 12, True)
+    assert group_layout(job, GB200, 35, 72).node_ranks == ()  # one rank per rack: even

@@ -5,6 +5,7 @@ import pytest
 
 from flowsim.config.cluster import ClusterConfig
 from flowsim.config.loader import load_preset
+from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.nccl_models import CommLayout, predict
 from flowsim.nccl_models.execution import MNNVL_BW_EFFICIENCY, network_bound
@@ -69,3 +70,75 @@ def test_mnnvl_efficiency_stays_off_on_one_tray():
     rack = replace(tray, mnnvl=True)
     t_tray = predict("allreduce", 2**33, tray, algo="ring").time_s
     assert predict("allreduce", 2**33, rack, algo="ring").time_s < t_tray
+
+
+# A partly filled rack: 100 GPUs of NVL72 racks (25 trays) fill rack 0 and 7 trays of rack 1.
+UNEVEN = CommLayout(100, 2, nics_per_node=28, nic_Bps=50e9, mnnvl=True, node_ranks=(72, 28), **GB200)
+
+
+def test_uneven_nodes_are_checked_and_an_even_list_is_no_list():
+    assert CommLayout(16, 2, nics_per_node=8, nic_Bps=50e9, node_ranks=[8, 8], **H100).node_ranks == ()
+    assert UNEVEN.uneven and UNEVEN.node_sizes == (72, 28) and UNEVEN.ranks_per_node == 50
+    with pytest.raises(ConfigError, match=r"^node_ranks: must list n_nodes = 2 positive integers summing to "
+                                          r"n_ranks = 100 \(got \(72, 27\)\)"):
+        replace(UNEVEN, node_ranks=(72, 27))
+    with pytest.raises(ConfigError, match="^node_ranks: uneven nodes are modelled on NVSwitch fabrics only"):
+        CommLayout(12, 2, compute_capability=94, vendor="amd", scaleup_kind="xgmi_mesh", scaleup_Bps=448e9,
+                   scaleup_links=7, nics_per_node=4, nic_Bps=50e9, node_ranks=(8, 4))
+    with pytest.raises(ConfigError, match="^n_nodes: must divide n_ranks"):
+        CommLayout(101, 2, nics_per_node=8, nic_Bps=50e9, **H100)
+
+
+def test_uneven_nodes_keep_the_smallest_graph_of_their_nodes():
+    """NCCL all-gathers every node's search and keeps the minimum channels and speeds (init.cc)."""
+    hgx = CommLayout(10, 2, nics_per_node=2, nic_Bps=50e9, node_ranks=(8, 2), **H100)
+    big, small = (graphs_of(CommLayout(2 * m, 2, nics_per_node=2, nic_Bps=50e9, **H100)) for m in (8, 2))
+    g = graphs_of(hgx)
+    for name in ("ring", "tree", "nvls"):
+        a, b, c = getattr(g, name), getattr(big, name), getattr(small, name)
+        assert a.n_channels == min(b.n_channels, c.n_channels)
+        assert a.bw_intra_Bps == min(b.bw_intra_Bps, c.bw_intra_Bps)
+    assert g.exec_channels == min(big.exec_channels, small.exec_channels)
+    from flowsim.nccl_models.execution import tree_depth
+    assert tree_depth(UNEVEN) == 71 + 1  # the full rack's chain, then one binary-tree hop
+
+
+def test_uneven_ring_and_tree_plans_visit_each_node_as_nccl_builds_them():
+    import numpy as np
+
+    from flowsim.nccl_models import build_plan
+    from flowsim.nccl_models.rank_orders import ring_order
+
+    three = CommLayout(3, 2, nics_per_node=1, nic_Bps=50e9, node_ranks=(2, 1), **H100)
+    assert ring_order(three, 2).tolist() == [[0, 1, 2], [1, 0, 2]]  # node 0 entered at local 0 and 1
+    ring = build_plan("allreduce", 2**30, UNEVEN, "Ring", "Simple")
+    R = int(ring.channel.max()) + 1
+    assert R == 28  # one ring per NIC rail of the smaller node
+    cross = (ring.src >= 72) != (ring.dst >= 72)
+    # each step of a ring is one transfer per rank, 2 of them between the nodes (out of each node once)
+    assert cross.sum() * 100 == 2 * ring.n_transfers
+    sent = ring.sent_bytes()
+    assert np.allclose(sent, sent[0])  # every rank sends 2 (n - 1) / n of each ring's share
+    tree = build_plan("allreduce", 2**30, UNEVEN, "Tree", "Simple")
+    assert int(tree.channel.max()) + 1 == 2 * 28  # each ring path runs both binary trees
+    edges = {(int(c), int(a), int(b)) for c, a, b in zip(tree.channel, tree.src, tree.dst)}
+    assert [sum(1 for e in edges if e[0] == c) for c in range(56)] == [2 * 99] * 56  # 99 edges, up and down
+    heads = {(c, b) for c, a, b in edges if a < 72 <= b or b < 72 <= a}
+    assert len(heads) == 2 * 56  # one inter-node edge per tree: head of node 1 <-> head of node 0
+    with pytest.raises(ConfigError, match="^algo: NVLSTree plans need the same ranks on every node"):
+        build_plan("allreduce", 2**30, UNEVEN, "NVLSTree", "Simple")
+
+
+def test_uneven_rack_flows_agree_with_the_analytic_model():
+    from flowsim.network.collective_flows import run_collective
+
+    cluster, gpu = _nvl72(100), get_gpu("gb200")
+    layout = group_layout(cluster, gpu, 100, 1)
+    assert layout.node_ranks == (72, 28)
+    for algo in ("ring", "tree"):
+        flow = run_collective(cluster, gpu, "allreduce", 2**30, list(range(100)), algo=algo)
+        est = predict("allreduce", 2**30, layout, algo=algo)
+        assert flow.algo == est.algo
+        assert flow.time_s == pytest.approx(est.time_s, rel=0.15)
+    # NVLSTree has no plan on uneven nodes: the flow engine picks among Ring and Tree
+    assert run_collective(cluster, gpu, "allreduce", 2**30, list(range(100))).algo in ("Ring", "Tree")

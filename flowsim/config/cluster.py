@@ -135,6 +135,9 @@ def job_domain_size(cluster: ClusterConfig) -> int:
 
     A job that does not fill whole domains is spread evenly over the fewest domains that hold it, in whole
     hosts: 128 GPUs on NVL72 racks (18 trays of 4) run as 2 racks of 64, as schedulers place such jobs.
+    One that cannot be spread evenly fills whole domains in order, the last one partly (2,496 GPUs: 34 racks
+    of 72 and one of 48, as the topology places them): the domain size is returned and rank ``r`` is in domain
+    ``r // size``; :func:`job_domains` lists each domain's GPUs.
     """
     gpn = cluster.gpus_per_node
     domain = max(cluster.nvlink_domain, gpn)
@@ -144,6 +147,12 @@ def job_domain_size(cluster: ClusterConfig) -> int:
     domains = -(-n // domain)
     per = n // domains
     if n % domains or per % gpn:
-        raise ConfigError("num_gpus", f"must spread evenly over whole hosts of {domains} NVLink domains of "
-                                      f"{domain} GPUs", n)
+        return domain
     return per
+
+
+def job_domains(cluster: ClusterConfig) -> tuple[int, ...]:
+    """GPUs of the job in each scale-up domain it uses, in order (:func:`job_domain_size`'s placement)."""
+    size = job_domain_size(cluster)
+    full, rest = divmod(cluster.num_gpus, size)
+    return (size,) * full + ((rest,) if rest else ())

@@ -4,7 +4,9 @@ Rank numbering is node-major: global rank ``r`` runs on host ``r // gpus_per_nod
 ``r % gpus_per_node``. A scale-up (NVLink) domain holds ``nvlink_domain`` consecutive ranks (one host on
 HGX/DGX, 72 GPUs on an NVL72 rack); ranks of one domain talk over NVLink, so NCCL treats a domain as one
 "node" (multi-node NVLink). A communicator of ``n_ranks`` ranks with stride ``s`` holds the global ranks
-``r0, r0 + s, r0 + 2s, ...``.
+``r0, r0 + s, r0 + 2s, ...``. A job that cannot fill its domains evenly fills them in order
+(:func:`flowsim.config.cluster.job_domain_size`: 2,496 GPUs are 34 NVL72 racks and one of 48 GPUs); a group
+with more ranks on one domain than another gets a layout with uneven nodes (``CommLayout.node_ranks``).
 
 NICs: each GPU uses the NICs closest to it (:func:`flowsim.network.topology.nic_span`, the rule the
 flow engine's topology wires too). The NICs a communicator can use on a node are the distinct
@@ -73,8 +75,8 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
     ------
     ConfigError
         Non-positive sizes, a group that runs past the cluster's GPUs, or one whose ranks are spread
-        unevenly over the domains (NCCL's model assumes the same ranks on every node); an unsupported
-        ``nccl_version``.
+        unevenly over the domains of a fabric without NVSwitch (on NVSwitch the layout lists each node's
+        ranks, ``CommLayout.node_ranks``: a partly filled NVL72 rack); an unsupported ``nccl_version``.
     """
     for name, v in (("n_ranks", n_ranks), ("stride", stride)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -91,9 +93,10 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
     for k in range(n_ranks):
         r = first_rank + k * stride
         ranks_by_domain[r // domain].append(r)
-    counts = {len(v) for v in ranks_by_domain.values()}
-    if len(counts) != 1:
-        raise ConfigError("stride", "the group's ranks are spread unevenly over the NVLink domains",
+    counts = [len(v) for v in ranks_by_domain.values()]
+    if len(set(counts)) != 1 and gpu.scaleup_kind != "nvswitch":
+        raise ConfigError("stride", f"the group's ranks are spread unevenly over the scale-up domains (modelled "
+                                    f"on NVSwitch fabrics only, not {gpu.scaleup_kind})",
                           f"{n_ranks} ranks with stride {stride} from rank {first_rank}")
     nics = min(len({(r // gpn, nic) for r in ranks for nic in closest_nics(r % gpn, gpn, cluster.nics_per_node)})
                for ranks in ranks_by_domain.values())
@@ -112,6 +115,7 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         cpu=cluster.cpu,
         nccl_version=nccl_version,
         mnnvl=any(len({r // gpn for r in ranks}) > 1 for ranks in ranks_by_domain.values()),
+        node_ranks=tuple(counts),
     )
 
 
