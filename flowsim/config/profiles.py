@@ -16,7 +16,8 @@ Columns and the config keys they set:
 * ``overlap_grad_reduce``, ``overlap_param_gather``, ``tp_comm_overlap`` (0/1);
 * ``cuda_graphs`` (``none``, ``layer``, ``full_iteration``), ``grad_reduce_dtype`` (``fp32``, ``bf16``, ``fp16``);
 * ``host_overhead``: the host-cost mode (:mod:`flowsim.model.host_costs`);
-* ``fsdp_version`` (1: flat-buffer FSDP / ZeRO-3, 2: FSDP2 per-parameter sharding).
+* ``fsdp_version`` (1: flat-buffer FSDP / ZeRO-3, 2: FSDP2 per-parameter sharding);
+* ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ PROFILE_KEYS = {
     "grad_reduce_dtype": ("training", "grad_reduce_dtype", str),
     "host_overhead": ("training", "host_overhead", str),
     "fsdp_version": ("training", "fsdp_version", int),
+    "fp8_recipe": ("training", "fp8_recipe", str),
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 

@@ -37,6 +37,7 @@ GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 CUDA_GRAPH_SCOPES = ("none", "layer", "module", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
 FSDP_VERSIONS = (1, 2)
+FP8_RECIPES = ("delayed", "tensorwise", "rowwise", "blockwise", "mxfp8")
 PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 
@@ -85,6 +86,12 @@ class TrainingConfig:
         recipes (Transformer Engine FP8; MLPerf-style block-scaled FP4, arXiv 2509.25149) run the linear layers
         of every transformer block in that dtype with their quantisation kernels; attention, the embedding and
         the output layer stay 16-bit (:attr:`linear_dtype`).
+    fp8_recipe : str
+        How ``fp8`` GEMM operands are scaled, which sets their quantisation kernels' bytes
+        (:func:`flowsim.model.ops.apply_fp8_recipe`): ``delayed`` (default; Transformer Engine DelayedScaling),
+        ``tensorwise`` (a scale per tensor from its current amax: torchao Float8Linear, TE Float8CurrentScaling),
+        ``rowwise`` (torchao rowwise), ``blockwise`` (TE Float8BlockScaling, DeepSeek-V3's 1x128 / 128x128
+        blocks) or ``mxfp8`` (TE MXFP8BlockScaling, 32-element blocks).
     pipeline_schedule : str
         ``auto`` (1F1B, interleaved when vpp > 1), ``gpipe``, ``1f1b``, ``interleaved``, ``zb-h1``
         (zero-bubble H1: weight gradients deferred into the cool-down bubble) or ``dualpipe`` (DeepSeek-V3's
@@ -244,6 +251,7 @@ class TrainingConfig:
     framework_version: str = ""
     grad_reduce_dtype: str = "fp32"
     fsdp_version: int = 1
+    fp8_recipe: str = "delayed"
     cuda_graphs: str = "none"
     host_overhead: str = "none"
     p2p_sync: bool = False
@@ -389,6 +397,8 @@ class TrainingConfig:
                               self.grad_reduce_dtype)
         if self.fsdp_version not in FSDP_VERSIONS:
             raise ConfigError("fsdp_version", "must be 1 or 2", self.fsdp_version)
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ConfigError("fp8_recipe", f"must be one of {', '.join(FP8_RECIPES)}", self.fp8_recipe)
         if self.cuda_graphs not in CUDA_GRAPH_SCOPES:
             raise ConfigError("cuda_graphs", f"must be one of {', '.join(CUDA_GRAPH_SCOPES)}", self.cuda_graphs)
         if self.host_overhead not in HOST_MODES:

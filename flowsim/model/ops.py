@@ -29,6 +29,21 @@ FP8_TRANSPOSE_BYTES_PER_ELEM = 2
 # are quantised again along the other dimension from the 16-bit tensors (random Hadamard transform, stochastic
 # rounding), so they cost the same per element instead of an FP8-style transpose.
 FP4_DTYPES = ("nvfp4", "mxfp4")
+# Bytes per element of a GEMM operand's two quantised copies under each FP8 recipe: (the copy of the forward and
+# input-gradient GEMMs, the copy of the weight-gradient GEMM). :func:`quantize` builds Transformer Engine's delayed
+# scaling (DelayedScaling: the cast reads 2 bytes and writes 1 with the amax recorded in the same kernel, from the
+# previous steps' history; the weight-gradient copy is an FP8 transpose, read 1 write 1). Current tensorwise scaling
+# (torchao Float8Linear's dynamic scaling, TE Float8CurrentScaling) reads the tensor once more for its amax before the
+# cast (2 + 3); rowwise scaling (torchao Float8LinearRecipeName.ROWWISE) fuses each row's amax into its cast (3) but
+# scales the weight-gradient operand along the other dimension, so that copy is a second amax + cast from the 16-bit
+# tensor (2 + 3); block scaling (TE Float8BlockScaling 1x128 tiles; MXFP8BlockScaling's 32-element blocks with a
+# 1-byte E8M0 scale each) quantises both copies from the 16-bit tensor with the block amax in the kernel (3 each,
+# plus the scales).
+FP8_RECIPE_BYTES = {"delayed": (FP8_CAST_BYTES_PER_ELEM, FP8_TRANSPOSE_BYTES_PER_ELEM),
+                    "tensorwise": (ACT_BYTES + FP8_CAST_BYTES_PER_ELEM, FP8_TRANSPOSE_BYTES_PER_ELEM),
+                    "rowwise": (FP8_CAST_BYTES_PER_ELEM, ACT_BYTES + FP8_CAST_BYTES_PER_ELEM),
+                    "blockwise": (FP8_CAST_BYTES_PER_ELEM + 4 / 128, FP8_CAST_BYTES_PER_ELEM + 4 / 128),
+                    "mxfp8": (FP8_CAST_BYTES_PER_ELEM + 1 / 32, FP8_CAST_BYTES_PER_ELEM + 1 / 32)}
 
 
 class CommOp(NamedTuple):
@@ -86,6 +101,19 @@ def quantize(rows, name, tokens, n_out, k_in, dtype, recompute):
         rows.append(memory(f"{name}.quant_wgrad", (tokens * k_in + tokens * n_out) * quant, "bwd"))
         if recompute:
             rows.append(memory(f"{name}.quant_in", tokens * k_in * quant, "recompute"))
+
+
+def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:
+    """``opset`` with its FP8 quantisation kernels (the ``.cast_in``, ``.cast_grad`` and ``.transpose`` rows
+    :func:`quantize` builds for delayed scaling) re-priced for ``recipe`` (:data:`FP8_RECIPE_BYTES`)."""
+    cast, wgrad_copy = FP8_RECIPE_BYTES[recipe]
+    c = opset.compute.copy()
+    names = c["name"]
+    for suffixes, per, base in (((".cast_in", ".cast_grad"), cast, FP8_CAST_BYTES_PER_ELEM),
+                                ((".transpose",), wgrad_copy, FP8_TRANSPOSE_BYTES_PER_ELEM)):
+        sel = (c["kind"] == "memory") & names.str.endswith(suffixes)
+        c.loc[sel, "bytes"] = c.loc[sel, "bytes"] * (per / base)
+    return OpSet(compute=c, comms=opset.comms)
 
 
 def memory(name, nbytes, phase, count=1, flops=0.0):

@@ -31,7 +31,8 @@ from flowsim.config.layout import end_chunks
 from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
-from flowsim.model.ops import OpSet, attention, comm, elementwise, finish, gemm, linear, memory, unfused_attention
+from flowsim.model.ops import (OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm, linear, memory,
+                               unfused_attention)
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -419,9 +420,14 @@ def build_workload(cfg: SimConfig) -> Workload:
     tokens = cfg.microbatch_tokens
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
     is_moe = cfg.model.is_moe
+
+    def layer(moe=False):  # the FP8 recipe's quantisation kernels (quantize builds delayed scaling's)
+        ops = build_layer(cfg, moe)
+        return apply_fp8_recipe(ops, t.fp8_recipe) if t.linear_dtype == "fp8" and t.fp8_recipe != "delayed" else ops
+
     return Workload(
-        layer=build_layer(cfg),
-        moe_layer=build_layer(cfg, moe=True) if is_moe else None,
+        layer=layer(),
+        moe_layer=layer(moe=True) if is_moe else None,
         embedding=build_embedding(cfg),
         head=build_head(cfg),
         chunk_layers=layers,
