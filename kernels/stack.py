@@ -14,6 +14,13 @@ them, and the benchmark stacks the kernel tables were measured on), ``date`` (``
 ``stack`` (what the release contains), ``attention`` (the attention library it calls: ``te`` = Transformer
 Engine, ``fa2`` = FlashAttention-2 or PyTorch SDPA's flash backend; :func:`attention_kernel`), ``source``.
 
+A software family groups releases by the code path their GEMMs and fused kernels take, which is what sets the
+sustained GEMM rate a calibration parameter stands for: ``megatron-2021`` (Megatron-LM 2021 and its DeepSpeed
+fork, Apex kernels), ``megatron-core-2024`` (Megatron-core with Transformer Engine 1.x: NeMo 24.x, core_r0.8,
+MLPerf v3.1), ``megatron-bridge-2025`` (Megatron-Bridge and NeMo 25.x, TE 2.x), ``pytorch-native`` (GEMMs
+through ATen's cuBLAS calls, PyTorch FSDP1/FSDP2, FlashAttention or SDPA, no Transformer Engine: llm-foundry,
+fms-fsdp, torchtitan), ``hai-llm`` (DeepSeek's in-house stack) and ``benchmark`` (kernel benchmarks).
+
 Attention kernel of a release on a GPU generation (:func:`attention_kernel`): Transformer Engine runs cuDNN
 fused attention on Blackwell, where FlashAttention-2's SM80 code path reaches only 0.15 of the peak (Azure
 GB200, 374 TFLOP/s, table ``flash_attention``) and FlashAttention-3 does not run. On Hopper TE chose between

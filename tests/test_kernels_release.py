@@ -74,6 +74,16 @@ def test_release_keys_are_case_insensitive_and_carry_a_family():
     assert KernelStack("NEMO-24.07").release == "nemo-24.07"
 
 
+def test_families_group_releases_by_their_gemm_code_path():
+    """PyTorch-native stacks (ATen cuBLAS GEMMs, PyTorch FSDP, no Transformer Engine) share one family whatever
+    the publisher; Transformer Engine stacks are split by TE generation (flowsim.kernels.stack)."""
+    native = ("llm-foundry-0.x", "fms-fsdp", "torchtitan", "torchtitan-2024-12", "torchtitan-2025-06")
+    assert {release(k).family for k in native} == {"pytorch-native"}
+    assert {release(k).attention for k in native} == {"fa2"}
+    assert release("megatron-bridge-25.11").family == "megatron-bridge-2025"
+    assert release("megatron-bridge-25.11").attention == "te"
+
+
 def test_job_stack_takes_framework_version_when_no_release_is_given():
     assert job_stack(H100, framework_version="nemo-24.07").release == "nemo-24.07"
     assert job_stack(H100, "megatron-bridge-25.09", framework_version="nemo-24.07").release == \
