@@ -33,15 +33,17 @@ BASE_ROW = {
 class FakeSimulate:
     """Stand-in for flowsim.simulate: step time looked up by model name; records every config."""
 
-    def __init__(self, step_by_model=None, reject=()):
+    def __init__(self, step_by_model=None, reject=(), crash=()):
         self.step_by_model = step_by_model or {}
-        self.reject = set(reject)
+        self.reject, self.crash = set(reject), set(crash)
         self.configs = []
 
     def __call__(self, cfg):
         self.configs.append(cfg)
         if cfg.model.name in self.reject:
             raise ConfigError("pipeline_schedule", "not supported by the stand-in", cfg.model.name)
+        if cfg.model.name in self.crash:
+            raise ZeroDivisionError("a bug in the stand-in")
         # Default: a step time that grows with the work per GPU, so Spearman is defined.
         step = self.step_by_model.get(cfg.model.name,
                                       cfg.model.num_layers * cfg.training.global_batch_size / cfg.cluster.num_gpus)
@@ -251,6 +253,31 @@ def test_rows_that_build_config_or_simulate_reject_are_skipped(tmp_path):
         (3, "no measured step time"),
         (4, "measured_step_time_s: must be > 0 (got 0)"),
     ]
+
+
+def test_rows_with_the_same_cells_or_config_are_simulated_once(tmp_path):
+    rows = [{"id": 1, "model": "m1", "measured_step_time_s": 1.0},
+            {"id": 2, "model": "m1", "measured_step_time_s": 2.0},  # same cells but id and measurement
+            {"id": 3, "model": "m1", "source": "other", "measured_step_time_s": 4.0},  # same config
+            {"id": 4, "model": "m2"}]
+    fake = FakeSimulate({"m1": 2.0, "m2": 3.0})
+    report = validate_runs(write_runs(tmp_path / "runs.csv", rows), simulate=fake)
+    assert [c.model.name for c in fake.configs] == ["m1", "m2"]
+    assert [(r.id, r.predicted_step_time_s, r.error_pct) for r in report.rows] == [
+        (1, 2.0, 100.0), (2, 2.0, 0.0), (3, 2.0, -50.0), (4, 3.0, 200.0)]
+
+
+def test_jobs_give_the_in_process_report_and_name_unexpected_errors(tmp_path):
+    rows = [{"id": i, "model": f"m{i % 5}", "num_layers": 4 + i, "measured_step_time_s": 1.0 + i}
+            for i in range(1, 40)] + [{"id": 40, "model": "m1", "tp": 3, "dp": 1, "num_gpus": 3}]
+    path = write_runs(tmp_path / "runs.csv", rows)
+    fake = FakeSimulate(reject={"m2"}, crash={"m3"})
+    one, two = (validate_runs(path, simulate=fake, jobs=jobs) for jobs in (1, 2))
+    assert one == two and len(one.rows) == 23 and len(one.skipped) == 17  # m2, m3 and id 40 skipped
+    reasons = {s.id: s.reason for s in one.skipped}
+    assert reasons[3] == "ZeroDivisionError: a bug in the stand-in"
+    assert reasons[2] == "pipeline_schedule: not supported by the stand-in (got m2)"
+    assert reasons[40].startswith("num_attention_heads: must be divisible by tensor_model_parallel_size")
 
 
 def test_missing_column_and_unreadable_file(tmp_path):

@@ -9,69 +9,27 @@ it cannot simulate is listed with the reason.
 The work is split by concept: :mod:`~flowsim.validation.runs_read` reads the CSV,
 :mod:`~flowsim.validation.runs_mapping` (with :mod:`~flowsim.validation.runs_v2` for the schema v2 setting
 columns) maps a row to a config, and :mod:`~flowsim.validation.runs_compare` holds the comparison and the summary
-figures. Their public names are importable from here.
+figures; :mod:`~flowsim.validation.runs_predict` predicts the rows, in this process or on worker processes.
+Their public names are importable from here.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 from flowsim.errors import ConfigError
 from flowsim.validation.runs_compare import ErrorSummary, RunComparison, ValidationReport, summarize
 from flowsim.validation.runs_mapping import NVL_HOST_GPUS, SYSTEM_NIC_GBPS, config_of_row, row_to_config
+from flowsim.validation.runs_predict import RowPredictor, predict_rows
 from flowsim.validation.runs_read import (NUMERIC_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS, V2_NUMERIC_COLUMNS,
-                                          V2_SETTING_COLUMNS, V2_TEXT_COLUMNS, SkippedRun, read_runs)
+                                          V2_SETTING_COLUMNS, V2_TEXT_COLUMNS, SkippedRun, read_run_records,
+                                          read_runs)
 from flowsim.validation.runs_v2 import V2_SETTINGS
 
 __all__ = ["NUMERIC_COLUMNS", "TEXT_COLUMNS", "REQUIRED_COLUMNS", "V2_SETTING_COLUMNS", "V2_NUMERIC_COLUMNS",
            "V2_TEXT_COLUMNS", "V2_SETTINGS", "NVL_HOST_GPUS", "SYSTEM_NIC_GBPS", "RunComparison", "SkippedRun",
-           "ErrorSummary", "ValidationReport", "read_runs", "row_to_config", "config_of_row", "summarize",
-           "validate_runs"]
-
-
-def _row_key(cfg) -> str:
-    from flowsim.explore.point import config_key
-
-    return config_key(cfg)
-
-
-def _simulate_rows(configs: list, simulate: Callable, jobs: int, time_limit_s: float, progress: bool) -> dict:
-    """Result (anything with ``step_time_s`` and ``fits_memory``) or skip reason of each distinct config, by
-    :func:`flowsim.explore.point.config_key`: in this process with ``simulate`` when ``jobs`` is 1, else on
-    :func:`flowsim.simulate_many`'s worker pool."""
-    from flowsim.explore.runner import Progress, simulate_many
-    from flowsim.explore.time_limit import TimeLimitExceeded, time_limit
-    from flowsim.step.invariants import InvariantError, check_result
-    from flowsim.step.result import Result
-
-    distinct = {}
-    for cfg in configs:
-        distinct.setdefault(_row_key(cfg), cfg)
-    if jobs != 1:
-        frame = simulate_many(list(distinct.values()), jobs=jobs, progress=progress, time_limit_s=time_limit_s)
-        out = {}
-        for key, (_, r) in zip(distinct, frame.iterrows()):
-            err = r["error"]
-            known = err.startswith(("ConfigError: ", "TimeLimitExceeded: ", "InvariantError: "))
-            out[key] = (err.split(": ", 1)[1] if known else err) if err else \
-                SimpleNamespace(step_time_s=float(r["step_time_s"]), fits_memory=bool(r["fits_memory"]))
-        return out
-    out = {}
-    bar = Progress(len(distinct), "validate", progress, unit="run")
-    try:
-        for key, cfg in distinct.items():
-            try:
-                with time_limit(time_limit_s):
-                    out[key] = simulate(cfg)
-                if isinstance(out[key], Result):
-                    check_result(out[key])
-            except (ConfigError, TimeLimitExceeded, InvariantError) as e:
-                out[key] = str(e)
-            bar.advance(1)
-    finally:
-        bar.close()
-    return out
+           "ErrorSummary", "ValidationReport", "read_runs", "read_run_records", "row_to_config", "config_of_row",
+           "summarize", "validate_runs"]
 
 
 def validate_runs(path: str | Path, simulate: Callable | None = None, *,
@@ -91,8 +49,9 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
     calibration : str
         Calibration profile applied to every row (``--calibration``; a path or ``default``); empty = none.
     jobs : int
-        Worker processes (:func:`flowsim.simulate_many`; 0 = one per CPU); 1 (default) simulates the rows in
-        this process with ``simulate``. Identical configs are simulated once either way.
+        Worker processes (0 = one per CPU); 1 (default) simulates the rows in this process. Each row's
+        mapping, simulation and check run where it is predicted (:mod:`~flowsim.validation.runs_predict`):
+        rows with identical cells are predicted once, identical configs simulated once per process.
     time_limit_s : float
         Wall-clock limit of one row's simulation, seconds (0 = none): a row past it is skipped with the
         reason, the others go on.
@@ -103,8 +62,9 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
     -------
     ValidationReport
         Per-row comparison, summary (overall and per ``source``), and the skipped rows with reasons:
-        malformed lines, no measured step time, MoE models, GPUs without a spec, a config that
-        build_config rejects, and layouts the simulator rejects (the ConfigError message).
+        malformed lines, no measured step time, GPUs without a spec, a config that build_config rejects,
+        layouts the simulator rejects (the ConfigError message), a simulation past ``time_limit_s``, a
+        result that breaks an invariant, and any other exception of a simulation (its type and message).
 
     Raises
     ------
@@ -113,36 +73,27 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
     """
     if simulate is None:
         from flowsim.step.simulate import simulate
-    runs, skipped = read_runs(path)
+    records, skipped = read_run_records(path)
     if only_ids is not None:
-        wanted = [int(i) for i in only_ids]
-        absent = sorted(set(wanted) - set(runs["id"]) - {s.id for s in skipped})
+        wanted = {int(i) for i in only_ids}
+        absent = sorted(wanted - {r["id"] for r in records} - {s.id for s in skipped})
         if absent:
             raise ConfigError("only_ids", "not in the runs file", ", ".join(map(str, absent)))
-        runs = runs[runs["id"].isin(wanted)]
+        records = [r for r in records if r["id"] in wanted]
         skipped = [s for s in skipped if s.id in wanted]
+    predictions = predict_rows(records, RowPredictor(simulate, calibration, time_limit_s), jobs, progress)
     rows: list[RunComparison] = []
-    built = [(row, *config_of_row(row, calibration)) for _, row in runs.iterrows()]
-    results = _simulate_rows([cfg for _, cfg, _, reason in built if reason is None], simulate, jobs, time_limit_s,
-                             progress)
-    for row, cfg, assumptions, reason in built:
-        if reason is None:
-            result = results[_row_key(cfg)]
-            if isinstance(result, str):
-                reason = result
-        if reason is not None:
-            skipped.append(SkippedRun(int(row["id"]), reason))
+    for row, p in zip(records, predictions):
+        if p.reason is not None:
+            skipped.append(SkippedRun(row["id"], p.reason))
             continue
-        t = cfg.training
         measured = float(row["measured_step_time_s"])
-        predicted = float(result.step_time_s)
         rows.append(RunComparison(
-            id=int(row["id"]), source=row["source"], model=row["model"], gpu=row["gpu"],
-            num_gpus=cfg.cluster.num_gpus, tp=t.tp, pp=t.pp, dp=t.dp, cp=t.cp,
-            predicted_step_time_s=predicted, measured_step_time_s=measured,
-            error_pct=(predicted - measured) / measured * 100.0, fits_memory=bool(result.fits_memory),
-            assumptions=assumptions,
-            family="moe" if cfg.model.is_moe else ("dense-fsdp" if t.zero_stage >= 2 else "dense")))
+            id=row["id"], source=row["source"], model=row["model"], gpu=row["gpu"],
+            num_gpus=p.num_gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp,
+            predicted_step_time_s=p.step_time_s, measured_step_time_s=measured,
+            error_pct=(p.step_time_s - measured) / measured * 100.0, fits_memory=p.fits_memory,
+            assumptions=p.assumptions, family=p.family))
     by_source: dict[str, list[RunComparison]] = {}
     by_family: dict[str, list[RunComparison]] = {}
     for r in rows:

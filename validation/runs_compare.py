@@ -125,11 +125,7 @@ class ValidationReport:
         ``median_abs_error_pct``, ``mape_pct``, ``p90_abs_error_pct``, ``spearman``) and ``skipped``
         (each with ``id`` and ``reason``).
         """
-        rows = []
-        for r in self.rows:
-            d = asdict(r)
-            d["assumptions"] = list(r.assumptions)
-            rows.append(d)
+        rows = [{**vars(r), "assumptions": list(r.assumptions)} for r in self.rows]  # flat fields: no asdict
         return {
             "rows": rows,
             "summary": asdict(self.summary),
@@ -139,7 +135,7 @@ class ValidationReport:
     def to_frame(self) -> pd.DataFrame:
         """One row per simulated run, indexed by id, with the :class:`RunComparison` fields as columns."""
         columns = [f for f in RunComparison.__dataclass_fields__]
-        return pd.DataFrame([asdict(r) for r in self.rows], columns=columns).set_index("id")
+        return pd.DataFrame([vars(r) for r in self.rows], columns=columns).set_index("id")
 
     def __repr__(self) -> str:
         s = self.summary

@@ -81,6 +81,16 @@ def read_runs(path: str | Path) -> tuple[pd.DataFrame, list[SkippedRun]]:
     ConfigError
         When the file cannot be read, is empty, or lacks one of the :data:`REQUIRED_COLUMNS`.
     """
+    records, skipped = read_run_records(path)
+    frame = pd.DataFrame(records, columns=["line", *REQUIRED_COLUMNS, *V2_NUMERIC_COLUMNS, *V2_TEXT_COLUMNS]
+                         ).set_index("line")
+    frame["id"] = frame["id"].astype("int64")
+    return frame, skipped
+
+
+def read_run_records(path: str | Path) -> tuple[list[dict], list[SkippedRun]]:
+    """:func:`read_runs` as one dict per well-formed line (``line``, ``id`` as int, every column as
+    :func:`read_runs` types it), without building a DataFrame: what the validation loop iterates over."""
     try:
         with open_text(path, "runs") as fh:
             reader = csv.reader(fh)
@@ -107,10 +117,7 @@ def read_runs(path: str | Path) -> tuple[pd.DataFrame, list[SkippedRun]]:
         raise ConfigError("runs", f"cannot read file: {e.strerror}", str(path)) from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ConfigError("runs", f"not a readable CSV file: {e}", str(path)) from None
-    frame = pd.DataFrame(records, columns=["line", *REQUIRED_COLUMNS, *V2_NUMERIC_COLUMNS, *V2_TEXT_COLUMNS]
-                         ).set_index("line")
-    frame["id"] = frame["id"].astype("int64")
-    return frame, skipped
+    return records, skipped
 
 
 class _MalformedRow(Exception):
@@ -142,6 +149,7 @@ def _parse_record(cells: list[str], n_header: int, col: Mapping[str, int], line:
         if value is None or (text and not math.isfinite(value)):
             raise _MalformedRow(row_id, f"line {line}: {name}: must be a finite number (got {text!r})")
         record[name] = value
+    record["id"] = row_id
     for name in TEXT_COLUMNS + V2_TEXT_COLUMNS:
         text = cells[col[name]].strip() if name in col else ""
         record[name] = text.lower() if name in ("recompute", "precision", "moe_token_dispatcher") else text
