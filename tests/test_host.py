@@ -256,9 +256,13 @@ def test_deepspeed_engine_sends_block_the_stream():
     p, m, g, x = 4, 8, 1e-3, 1e-4
     fb = np.full((p, 1), g)
     mega = simulate_pipeline("1f1b", m, fb, fb, x)
-    ds = simulate_pipeline("1f1b", m, fb, fb, x, engine="deepspeed")
-    assert np.array_equal(ds.order, mega.order)  # TrainSchedule's order is 1F1B's
-    assert np.all(ds.end_s > mega.end_s)
+    for engine in ("deepspeed", "deepspeed-0.6"):
+        ds = simulate_pipeline("1f1b", m, fb, fb, x, engine=engine)
+        assert np.array_equal(ds.order, mega.order)  # TrainSchedule's order is 1F1B's
+        assert np.all(ds.end_s > mega.end_s)
+        # every send holds its stage's stream: each stage is busy at least its passes plus its sends
+        sends = (ds.send_to >= 0).sum(axis=1)
+        assert np.all(ds.end_s >= 2 * m * g + sends * x - 1e-12)
     # free transfers: the engines agree
     assert np.allclose(simulate_pipeline("1f1b", m, fb, fb, 0.0, engine="deepspeed").end_s,
                        simulate_pipeline("1f1b", m, fb, fb, 0.0).end_s)

@@ -93,3 +93,38 @@ def test_estimate_prints_the_profile_and_its_defaults():
     assert "framework megatron-lm megatron-lm-2021-04: profile defaults applied: use_flash_attn=false" in flags.output
     bad = CliRunner().invoke(main, args[:-6] + ["--set", "framework=deepspeed-x"])
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "framework: unknown framework" in bad.output
+
+
+def test_pipeline_profiles_name_known_releases_and_cite_their_sources():
+    from flowsim.config.profiles import PIPELINE_KEYS
+
+    text = resources.files("flowsim.config").joinpath("data/pipeline_profiles.csv").read_text(encoding="utf-8")
+    rows = list(csv.DictReader(text.splitlines()))
+    assert {(r["framework"], r["framework_version"]) for r in rows} <= \
+        {(r["framework"], r["framework_version"]) for r in _file_rows()}
+    for r in rows:
+        for col in PIPELINE_KEYS:
+            if r[col].strip():
+                assert col in r["sources"], (r["framework_version"], col)
+        cfg = flowsim.build_config(BASE, framework=r["framework"], framework_version=r["framework_version"])
+        assert cfg.training.pipeline_engine == r["pipeline_engine"]  # every value is one the config accepts
+    old = flowsim.build_config(BASE, framework="megatron-lm", framework_version="megatron-lm-2021-04").training
+    assert old.p2p_sync and old.pipeline_engine == "megatron"
+    bloom = flowsim.build_config(BASE, framework="megatron-deepspeed").training
+    assert not bloom.p2p_sync and bloom.pipeline_engine == "deepspeed-0.6"
+    assert flowsim.build_config(BASE, framework="megatron-deepspeed", pipeline_engine="megatron").training \
+        .pipeline_engine == "megatron"  # an explicit key wins
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"pipeline_engine": "pipedream"}, "pipeline_engine: must be one of megatron, deepspeed, deepspeed-0.6"),
+    ({"p2p_sync": 2}, "p2p_sync"),
+])
+def test_bad_pipeline_settings_name_the_key(bad, message):
+    with pytest.raises(ConfigError, match=message):
+        flowsim.build_config(BASE, **bad)
+
+
+def test_deepspeed_engine_runs_1f1b_only():
+    with pytest.raises(ConfigError, match="pipeline_engine: deepspeed's TrainSchedule runs the 1f1b order"):
+        flowsim.simulate(BASE, gbs=64, vpp=2, framework="megatron-deepspeed")

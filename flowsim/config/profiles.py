@@ -8,7 +8,7 @@ run). An empty cell means the release has no single default (it differs by model
 key keeps flowsim's own default. Without ``framework_version`` the framework's newest release in the file is
 used (rows are in release order).
 
-Columns and the config keys they set:
+Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the last two, per release):
 
 * ``attention_impl`` (``flash`` / ``unfused``) -> ``use_flash_attn``;
 * ``attention_dropout``, ``hidden_dropout`` -> the model keys of the same names;
@@ -18,6 +18,8 @@ Columns and the config keys they set:
 * ``host_overhead``: the host-cost mode (:mod:`flowsim.model.host_costs`);
 * ``fsdp_version`` (1: flat-buffer FSDP / ZeRO-3, 2: FSDP2 per-parameter sharding);
 * ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``).
+* ``p2p_sync`` (0/1): the CPU waits for the GPU at every pipeline send and receive;
+* ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
 from __future__ import annotations
 
@@ -48,6 +50,13 @@ PROFILE_KEYS = {
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 
+PIPELINE_KEYS = {
+    "p2p_sync": ("training", "p2p_sync", lambda v: bool(int(v))),
+    "pipeline_engine": ("training", "pipeline_engine", str),
+}
+"""Columns of ``data/pipeline_profiles.csv`` (how a release runs its pipeline, one row per release of
+``framework_profiles.csv``, with its own ``sources``) -> (config section, key, conversion)."""
+
 
 class Profile(NamedTuple):
     """One framework release.
@@ -68,14 +77,24 @@ class Profile(NamedTuple):
     sources: str
 
 
+def _table(name: str) -> list:
+    text = resources.files("flowsim.config").joinpath(f"data/{name}").read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+def _cells(r: dict, keys: dict) -> tuple:
+    return tuple((sec, key, conv(r[col].strip())) for col, (sec, key, conv) in keys.items() if r[col].strip())
+
+
 @functools.lru_cache(maxsize=1)
 def _rows() -> tuple:
-    text = resources.files("flowsim.config").joinpath("data/framework_profiles.csv").read_text(encoding="utf-8")
+    pipe = {(r["framework"], r["framework_version"]): r for r in _table("pipeline_profiles.csv")}
     out = []
-    for r in csv.DictReader(text.splitlines()):
-        defaults = tuple((sec, key, conv(r[col].strip())) for col, (sec, key, conv) in PROFILE_KEYS.items()
-                         if r[col].strip())
-        out.append(Profile(r["framework"], r["framework_version"], defaults, r["sources"]))
+    for r in _table("framework_profiles.csv"):
+        p = pipe.get((r["framework"], r["framework_version"]))
+        defaults = _cells(r, PROFILE_KEYS) + (_cells(p, PIPELINE_KEYS) if p else ())
+        out.append(Profile(r["framework"], r["framework_version"], defaults,
+                           r["sources"] + (f"; {p['sources']}" if p else "")))
     return tuple(out)
 
 

@@ -38,7 +38,9 @@ CUDA_GRAPH_SCOPES = ("none", "layer", "module", "full_iteration")
 HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
 FSDP_VERSIONS = (1, 2)
 FP8_RECIPES = ("delayed", "tensorwise", "rowwise", "blockwise", "mxfp8")
-PIPELINE_ENGINES = ("megatron", "deepspeed")
+PIPELINE_ENGINES = ("megatron", "deepspeed", "deepspeed-0.6")
+"""What runs the pipeline schedule (:mod:`flowsim.step.schedule`): Megatron's schedules, DeepSpeed's
+``PipelineEngine`` as of 0.18 and as of 0.6 (its steps send and receive in the other order)."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +206,9 @@ class TrainingConfig:
         The CPU waits for the GPU at every pipeline send and receive (Megatron-LM's ``torch.cuda.synchronize()``
         after ``batch_isend_irecv``): each pass then starts its issue from an idle CPU. Default False.
     pipeline_engine : str
-        What runs the pipeline schedule: ``megatron`` (default: sends run beside the compute) or ``deepspeed``
-        (DeepSpeed's ``PipelineEngine``: a stage's stream waits for each send of its output; 1f1b only).
+        What runs the pipeline schedule: ``megatron`` (default: sends run beside the compute), ``deepspeed`` or
+        ``deepspeed-0.6`` (DeepSpeed's ``PipelineEngine``: a stage's stream waits for each send of its output;
+        1f1b only).
     """
 
     tensor_model_parallel_size: int = 1

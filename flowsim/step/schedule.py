@@ -66,12 +66,15 @@ gradient norm) and, with ``p2p_sync``, every pipeline send and receive (Megatron
 ``torch.cuda.synchronize()`` after ``batch_isend_irecv``), after which each pass pays its issue lag again.
 
 DeepSpeed's pipeline engine (``engine="deepspeed"``; ``deepspeed/runtime/pipe/schedule.py`` ``TrainSchedule``,
-``engine.py`` ``PipelineEngine``): the same per-stage order as 1F1B (stage ``s`` runs forward steps from step
-``s`` and backward steps from step ``2p - s - 1``, alternating), but each step's instructions run in order on the
-compute stream: a forward step sends the previous backward's gradient, receives its input, runs; a backward
-step receives its gradient, then sends the previous forward's activation, then runs. So a forward's output
-leaves only once the next backward's gradient has arrived, and the stream waits for every send (p2p not
-overlapped with compute). NCCL's send/receive rendezvous is not modelled (a send never waits for its receiver).
+``engine.py`` ``PipelineEngine``, ``p2p.py``): the same per-stage order as 1F1B (stage ``s`` runs forward steps
+from step ``s`` and backward steps from step ``2p - s - 1``, alternating), but each step's instructions run in
+order, and a send (``p2p.send``: ``dist.send`` or a two-rank ``dist.broadcast``, never asynchronous) holds the
+stage's stream until it ends (p2p not overlapped with compute). A pass's output is sent at the start of the
+stage's next step (an empty step between two passes of one direction sends at once). In DeepSpeed 0.18 a
+backward step receives its gradient before it sends the previous forward's activation, so a forward's output
+leaves only once the next backward's gradient has arrived; in 0.6 (``deepspeed-0.6``, BLOOM's era) a forward
+step receives its input before it sends the previous backward's gradient. NCCL's send/receive rendezvous is not
+modelled (a send never waits for its receiver).
 
 What is not modelled: the pipeline sends inside a call are not overlapped; each call's outputs are sent
 when it ends, as in the
@@ -88,6 +91,7 @@ import numpy as np
 from numba import njit
 
 from flowsim.config.layout import PIPELINE_SCHEDULES, check_layout
+from flowsim.config.training import PIPELINE_ENGINES
 from flowsim.errors import ConfigError
 from flowsim.step.host import PassHost
 from flowsim.step.overlap import shared_sm_time_s
@@ -402,7 +406,7 @@ def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
 
 
 @njit(cache=True)
-def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, deepspeed):
+def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, engine):
     """List-schedule every stage's passes (``dur``: seconds of each) with each stage's CPU issuing them;
     returns start/end per pass (seconds) and how many ran.
 
@@ -414,9 +418,10 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, deepspe
     ends). The reported start is the pass's end less its duration (GPU waits for the CPU show as idle time).
 
     ``p2p_sync``: the CPU waits for the device at every pipeline send and receive (the previous pass's send,
-    the pass's input). ``deepspeed``: DeepSpeed's ``PipelineEngine`` (module docstring) sends a pass's
-    output at the start of the stage's next step, after that step's receive when a forward is followed by
-    a backward, and the stage's stream waits for each send to end.
+    the pass's input). ``engine`` (an index of :data:`PIPELINE_ENGINES`): DeepSpeed's ``PipelineEngine``
+    (module docstring) sends a pass's output at the start of the stage's next step, after that step's receive
+    when a forward is followed by a backward (``deepspeed``) or a backward by a forward (``deepspeed-0.6``),
+    and the stage's stream waits for each send to end.
     """
     p, n, _ = order.shape
     start = np.zeros((p, n))
@@ -432,10 +437,12 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, deepspe
             while nxt[s] < n:
                 i = nxt[s]
                 sends = i > 0 and dst[s, i - 1] >= 0
-                # DeepSpeed: the previous pass's output leaves at this step's start, but a forward's after the
-                # receive of the backward that follows it
-                fb = order[s, i - 1, 0] == FWD and order[s, i, 0] == BWD
-                if deepspeed and sends and not fb and sent[s, i - 1] < 0.0:
+                # DeepSpeed: the previous pass's output leaves at this step's start, after its receive when the
+                # step switches direction the release's way
+                late = ((engine == 1 and order[s, i - 1, 0] == FWD and order[s, i, 0] == BWD)
+                        or (engine == 2 and order[s, i - 1, 0] == BWD and order[s, i, 0] == FWD))
+                deepspeed = engine > 0
+                if deepspeed and sends and not late and sent[s, i - 1] < 0.0:
                     sent[s, i - 1] = free[s]
                     free[s] += p2p_s
                 ready = 0.0
@@ -444,7 +451,7 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, deepspe
                     if sent[q, src_pass[s, i]] < 0.0:
                         break
                     ready = sent[q, src_pass[s, i]] + (p2p_s if q != s else 0.0)
-                if deepspeed and sends and fb:
+                if deepspeed and sends and late:
                     sent[s, i - 1] = max(free[s], ready)
                     free[s] = sent[s, i - 1] + p2p_s
                 t0 = max(free[s], ready)
@@ -454,7 +461,7 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, deepspe
                 cpu[s] += host_s[s, i]
                 start[s, i] = free[s] - dur[s, i]
                 end[s, i] = free[s]
-                if not deepspeed or dst[s, i] < 0 or i == n - 1:
+                if engine == 0 or dst[s, i] < 0 or i == n - 1:
                     sent[s, i] = free[s]
                 nxt[s] += 1
                 done += 1
@@ -565,11 +572,11 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         The CPU waits for the device at every pipeline send and receive (Megatron's
         ``torch.cuda.synchronize()`` after ``batch_isend_irecv``).
     engine : str
-        ``megatron`` (sends run beside the compute) or ``deepspeed`` (DeepSpeed's ``PipelineEngine``: 1f1b
-        order, each output sent at the start of the stage's next step, the stream waiting for it; module
-        docstring).
+        ``megatron`` (sends run beside the compute), ``deepspeed`` or ``deepspeed-0.6`` (DeepSpeed's
+        ``PipelineEngine``: 1f1b order, each output sent at the start of the stage's next step, the stream
+        waiting for it; module docstring).
     """
-    if engine == "deepspeed" and schedule not in DEEPSPEED_SCHEDULES:
+    if engine.startswith("deepspeed") and schedule not in DEEPSPEED_SCHEDULES:
         raise ConfigError("pipeline_engine", "deepspeed's TrainSchedule runs the 1f1b order", schedule)
     fwd_s = np.ascontiguousarray(fwd_s, dtype=np.float64)
     bwd_s = np.ascontiguousarray(bwd_s, dtype=np.float64)
@@ -591,7 +598,7 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         hs = host.host_s[plan.order[:, :, 0], rows, plan.order[:, :, 2]]
         lag = host.lag_s[plan.order[:, :, 0], rows, plan.order[:, :, 2]]
     start, end, done = _run(plan.order, plan.src, plan.src_pass, dur, float(p2p_s), hs, lag, plan.send_to,
-                            bool(p2p_sync), engine == "deepspeed")
+                            bool(p2p_sync), PIPELINE_ENGINES.index(engine))
     assert done == end.size, "pipeline schedule deadlocked"
     rows = np.arange(p)[:, None]
     return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=(end - start).sum(axis=1),
