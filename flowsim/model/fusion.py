@@ -98,10 +98,12 @@ def activation_step(activation: str) -> str:
 # * DDP (torch/nn/parallel/distributed.py, reducer): per micro-batch AccumulateGrad adds the gradient into
 #   its bucket view (read gradient, read and write bucket: 6); per step the default all-reduce hook
 #   divides the bucket by the world size (read and write: 4).
-# * FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): per micro-batch every all-gather
-#   copies the gathered parameters out of the flat buffer (``split_with_sizes_copy``: 4) - once in forward,
-#   again in backward when parameters are resharded after forward (zero_stage 3) - and the reduce-scatter
-#   packs the gradients into its input (``chunk_cat``: 4).
+# * FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): per micro-batch the reduce-scatter packs
+#   the gradients into its input (``chunk_cat``: 4) and, with zero_stage 2 (parameters kept gathered from the
+#   forward to the backward), the forward's all-gather copies the gathered parameters out of the flat buffer
+#   (``split_with_sizes_copy``: 4). With zero_stage 3 the copy-outs (forward and backward) are the layer's own
+#   kernels, for any kernel set (``fsdp_copy_out`` rows of :func:`flowsim.model.workload.build_layer`,
+#   ``fsdp_version: 2``).
 DDP_ACCUMULATE_BYTES_PER_PARAM = 3 * ACT_BYTES
 DDP_SCALE_BYTES_PER_PARAM = 2 * ACT_BYTES
 FSDP_COPY_BYTES_PER_PARAM = 2 * ACT_BYTES
@@ -111,6 +113,6 @@ def eager_grad_bytes_per_param(zero_stage: int, microbatches: int) -> float:
     """Bytes per parameter of eager PyTorch's data-parallel gradient work in one optimizer step
     (``zero_stage`` 0: DDP, 2-3: FSDP2; 1 has no PyTorch-native wrapper and counts as DDP)."""
     if zero_stage >= 2:
-        gathers = 2 if zero_stage == 3 else 1
+        gathers = 0 if zero_stage == 3 else 1  # zero_stage 3: the workload's fsdp_copy_out rows
         return microbatches * (gathers + 1) * FSDP_COPY_BYTES_PER_PARAM
     return microbatches * DDP_ACCUMULATE_BYTES_PER_PARAM + DDP_SCALE_BYTES_PER_PARAM
