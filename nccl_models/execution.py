@@ -123,6 +123,31 @@ def bw_efficiency(layout: CommLayout, algo: Algo | None = None, *, network: bool
     return eff
 
 
+NVLS_CHECKED_HEADS = 8
+"""NVLS heads of the one-node AllReduce whose NCCL bandwidth (2.28+ ``nvlsEfficiency`` model) is checked against
+measurement: 8 H100, 274 GB/s algbw by the formula, 272-275 measured (h100_8gpu_allreduce_nvls_together.txt,
+NVIDIA/nccl-tests#212 and NVIDIA/nccl#1455 in nccl_peaks.csv)."""
+
+
+def nvls_allreduce_factor(coll: Coll, layout: CommLayout, a: Algo) -> float:
+    """Achieved / NCCL NVLS AllReduce bandwidth on one node of fewer than ``NVLS_CHECKED_HEADS`` ranks
+    (dimensionless; 1 for any other case).
+
+    An NVLS AllReduce moves ``S (1 + 1/n)`` through each GPU's NVLink each way (``multimem.ld_reduce`` reads
+    the GPU's whole buffer, ``S``, and returns its reduced ``S / n``; ``multimem.st`` sends that up and the
+    switch multicasts every GPU ``S``), so at one per-GPU NVLink rate ``X`` the algbw is ``X / (1 + 1/n)``:
+    nearly flat in ``n``, while NCCL's figure grows with its ``n`` heads. ``X`` is NCCL's figure at 8 heads
+    times ``9 / 8``, no fitted constant. 5 / 6 / 7 H100: 257 / 265 / 270 GB/s algbw against 258 / ~265 / ~270
+    measured (NVIDIA/nccl#1455, 2-4 GiB); NCCL's figure alone gives 188 / 216 / 245.
+    """
+    n = layout.n_ranks
+    if a != Algo.NVLS or coll != Coll.ALLREDUCE or layout.n_nodes > 1 or n >= NVLS_CHECKED_HEADS:
+        return 1.0
+    full = cost_model(coll, replace(layout, n_ranks=NVLS_CHECKED_HEADS)).algbw_Bps[a, Proto.SIMPLE]
+    own = cost_model(coll, layout).algbw_Bps[a, Proto.SIMPLE]
+    return float(full * (1 + 1 / NVLS_CHECKED_HEADS) / (1 + 1 / n) / own)
+
+
 def nvls_chunk_bytes(n_bytes: float, concurrent_ops: int) -> float:
     """NVLS chunk size NCCL uses for ``n_bytes`` with ``concurrent_ops = channels x heads``, bytes."""
     chunk = NVLS_CHUNK_BYTES
@@ -311,7 +336,7 @@ def exec_time_s(coll: Coll, layout: CommLayout, a: Algo, p: Proto, n_bytes: floa
     """
     layout = execution_layout(layout)
     model = cost_model(coll, layout)
-    eff = bw_efficiency(layout, a)
+    eff = bw_efficiency(layout, a) * nvls_allreduce_factor(coll, layout, a)
     t = nccl_time_s(model, layout, a, p, n_bytes, bw_scale=eff)
     t += pipeline_fill_s(model, layout, a, p, n_bytes, model.algbw_Bps[a, p] * eff)
     if a in (Algo.NVLS, Algo.NVLS_TREE):

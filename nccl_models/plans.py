@@ -80,7 +80,8 @@ from flowsim.nccl_models.constants import (
 )
 from flowsim.nccl_models.estimate import COLL_OF_OP, P2P_OPS, CollectiveEstimate, check_size, predict
 from flowsim.nccl_models.execution import (
-    bw_efficiency, execution_layout, nvls_chunk_overhead_s, pipeline_fill_s, tree_chunk_bytes,
+    bw_efficiency, execution_layout, nvls_allreduce_factor, nvls_chunk_overhead_s, pipeline_fill_s,
+    tree_chunk_bytes,
 )
 from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
@@ -251,8 +252,9 @@ def kernel_rates_Bps(op: str, size_bytes: float, layout: CommLayout, algo: Algo 
         t = alltoall_time_s(layout, size_bytes) if op == "alltoall" else sendrecv_time_s(layout, size_bytes)
         algbw = size_bytes / (t - p2p_latency_s(layout))
     else:
-        algbw = cost_model(COLL_OF_OP[op], layout).algbw_Bps[algo, proto] * bw_efficiency(layout, algo,
-                                                                                            network=False)
+        coll = COLL_OF_OP[op]
+        algbw = cost_model(coll, layout).algbw_Bps[algo, proto] * bw_efficiency(layout, algo, network=False) \
+            * nvls_allreduce_factor(coll, layout, algo)
     return np.where(sent_wire_bytes > 0, algbw * sent_wire_bytes / size_bytes, algbw)
 
 
@@ -321,7 +323,8 @@ def build_plan(op: str, size_bytes: float, layout: CommLayout, algo, proto, *,
     if nvls:  # the per-chunk cost of small NVLS chunks (execution.py), not in the plan
         fill_s += nvls_chunk_overhead_s(model, size)
     if a == Algo.NVLS:  # single-node NVLS's measured pipeline depth, which its three stages do not produce
-        fill_s += pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout, a))
+        fill_s += pipeline_fill_s(model, layout, a, p, size, model.algbw_Bps[a, p] * bw_efficiency(layout, a)
+                                  * nvls_allreduce_factor(coll, layout, a))
     sent = np.bincount(src[src >= 0], weights=payload[src >= 0], minlength=layout.n_ranks) * _WIRE_FACTOR[p]
     return Plan(op, a, p, layout.n_ranks, size, src, dst, payload, channel, step, ptr, idx,
                 np.full(n, (step_lat + fill_s) / depth), base, _WIRE_FACTOR[p], depth,

@@ -65,6 +65,21 @@ def test_partial_h100_ring_matches_measured_peak(shared_data):
         assert 365e9 * 0.95 < busbw < 370e9 * 1.02
 
 
+def test_partial_h100_nvls_matches_measured_peaks(shared_data):
+    """nccl_peaks.csv (NVIDIA/nccl#1455, 2-4 GiB): NVLS busbw 420 / 440 / 460 / 480 GB/s on 5-8 H100. Each GPU
+    moves S (1 + 1/n) through its NVLink, so the algbw is nearly flat in n (NCCL's figure alone: 296 / 355 /
+    414 / 473)."""
+    import pandas as pd
+
+    peaks = pd.read_csv(shared_data / "nccl-tests" / "nccl_peaks.csv")
+    rows = peaks[(peaks["algo"] == "NVLS") & peaks["source"].str.contains("nccl/issues/1455")]
+    rows = rows.drop_duplicates("gpus_per_node")
+    assert sorted(rows["gpus_per_node"].astype(int)) == [5, 6, 7, 8]
+    for n, measured in zip(rows["gpus_per_node"].astype(int), rows["busbw_gbps"].astype(float)):
+        busbw = predict("allreduce", 2**31, CommLayout(n, 1, **H100), algo="nvls").busbw_Bps / 1e9
+        assert busbw == pytest.approx(measured, rel=0.04)
+
+
 def test_mnnvl_efficiency_stays_off_on_one_tray():
     tray = CommLayout(4, 1, **GB200)
     rack = replace(tray, mnnvl=True)
