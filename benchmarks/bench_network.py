@@ -17,7 +17,8 @@ import numpy as np
 
 from flowsim.config.cluster import ClusterConfig
 from flowsim.gpu_specs import GPUSpec
-from flowsim.network.maxmin import _solve_full, solve
+from flowsim.network.maxmin import solve
+from flowsim.network.maxmin_kernels import _solve_full
 from flowsim.network.netsim import simulate
 from flowsim.network.routing import route
 from flowsim.network.topology import LinkKind, build_topology

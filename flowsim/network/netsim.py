@@ -12,13 +12,14 @@ Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A1
   drain end (a heap keyed by ``t_last + remaining / rate``, updated only for transfers whose rate changed);
 * every drain end and ready time within ``rtol`` (relative, of the current time) of the earliest is handled
   in the same batch, so the many equal transfers of a collective step cost one re-solve;
-* rates are re-solved incrementally (:func:`flowsim.network.maxmin.resolve`, local method with the level restart as
-  fallback): rates below the smallest departing rate and below the arrivals' lower bound are kept, and only
+* rates are re-solved incrementally (:mod:`flowsim.network.maxmin_kernels`, local method with the level
+  restart as fallback): rates below the smallest departing rate and below the arrivals' lower bound are kept, and only
   transfers connected to a change through links are revisited, so independent components (rails, groups)
   are not re-solved;
 * remaining bytes are advanced lazily, only for transfers whose rate changes;
-* by symmetry (:mod:`flowsim.network.symmetry`), only one of each class of identical independent components
-  (e.g. the data-parallel rings of the eight rails) is simulated, its times copied to the others.
+* by symmetry (:mod:`flowsim.network.symmetry`), one transfer per class of interchangeable transfers (the
+  coarsest equitable partition: e.g. the data-parallel rings of the eight rails, the ranks of an all-to-all
+  behind one leaf) is simulated with the class size as its max-min weight, its times copied to the others.
 
 A transfer with 0 bytes or an empty path (source = destination) drains instantly.
 """
@@ -30,8 +31,8 @@ import numpy as np
 from numba import njit
 
 from flowsim.errors import ConfigError
-from flowsim.network.maxmin import (LOCAL_MAX_ROUNDS, _arrival_bound, _check_routes, _link_csr, _resolve,
-                            _resolve_local)
+from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
+from flowsim.network.maxmin_kernels import _arrival_bound, _link_csr, _resolve, _resolve_local
 from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update
 from flowsim.network.symmetry import Quotient, quotient
 
@@ -63,7 +64,7 @@ class NetSimResult:
         Latest finish (0 without transfers), seconds.
     n_solves : int
         Rate re-solves (event batches that changed the set of draining transfers) of the simulation run: with
-        symmetry, of one component per class of identical ones.
+        symmetry, of its quotient.
     """
 
     start_s: np.ndarray
@@ -164,7 +165,7 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
         Multiplicity of each transfer (> 0): it stands for that many identical transfers, each at its rate
         (:mod:`flowsim.network.maxmin`); 1 but in a quotient (:mod:`flowsim.network.symmetry`).
     max_rounds : int
-        Rounds of the local re-solve before falling back to the level restart (``maxmin._resolve_local``).
+        Rounds of the local re-solve before falling back to the level restart (``maxmin_kernels._resolve_local``).
     rtol : float
         Relative tolerance for batching events and for the local re-solve's certificate, in [0, 1e-3).
 
@@ -351,9 +352,9 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     rtol : float
         Relative tolerance in [0, 1e-3) for batching events (and the re-solve's certificate); default 1e-9.
     symmetry : bool, optional
-        Simulate one of each class of identical independent components and copy its times to the others
-        (:mod:`flowsim.network.symmetry`; default). Times agree with the explicit simulation (``False``) to
-        about ``rtol`` relative.
+        Simulate one transfer per class of interchangeable ones, weighted by the class size, and copy its times
+        to the others (:mod:`flowsim.network.symmetry`; default). Times agree with the explicit simulation
+        (``False``) to about ``rtol`` relative.
 
     Returns
     -------

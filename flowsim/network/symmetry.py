@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from flowsim.network.maxmin import _link_csr
+from flowsim.network.maxmin_kernels import _link_csr
 
 __all__ = ["Quotient", "quotient"]
 
