@@ -58,23 +58,17 @@ step of the stage-to-stage chain, so flowsim pairs plain 1F1B on one stage only;
 same way (one more warm-up forward, each steady-state forward in one call with the backward after it, which
 belongs to another model chunk), as Megatron-LM's A2A overlap with ``vpp > 1`` does.
 
-Each stage's CPU issues its passes in the stage's order, running ahead of the GPU across micro-batches (the
-host-side timeline, :mod:`flowsim.step.host`): a pass's kernels cannot run before the CPU has issued them, so
-when a stage's kernels are shorter than their issue the stage runs at its CPU's pace. The CPU waits for the GPU
-at the framework's synchronisation points: the step's start (the previous optimizer step waited for the
-gradient norm) and, with ``p2p_sync``, every pipeline send and receive (Megatron-LM's ``_communicate`` calls
-``torch.cuda.synchronize()`` after ``batch_isend_irecv``), after which each pass pays its issue lag again.
+Each stage's CPU issues its passes in order, running ahead of the GPU across micro-batches (the host-side
+timeline, :mod:`flowsim.step.host`), until a synchronisation point: the step's start, and with ``p2p_sync``
+every pipeline send and receive (Megatron's ``torch.cuda.synchronize()`` after ``batch_isend_irecv``).
 
-DeepSpeed's pipeline engine (``engine="deepspeed"``; ``deepspeed/runtime/pipe/schedule.py`` ``TrainSchedule``,
-``engine.py`` ``PipelineEngine``, ``p2p.py``): the same per-stage order as 1F1B (stage ``s`` runs forward steps
-from step ``s`` and backward steps from step ``2p - s - 1``, alternating), but each step's instructions run in
-order, and a send (``p2p.send``: ``dist.send`` or a two-rank ``dist.broadcast``, never asynchronous) holds the
-stage's stream until it ends (p2p not overlapped with compute). A pass's output is sent at the start of the
-stage's next step (an empty step between two passes of one direction sends at once). In DeepSpeed 0.18 a
-backward step receives its gradient before it sends the previous forward's activation, so a forward's output
-leaves only once the next backward's gradient has arrived; in 0.6 (``deepspeed-0.6``, BLOOM's era) a forward
-step receives its input before it sends the previous backward's gradient. NCCL's send/receive rendezvous is not
-modelled (a send never waits for its receiver).
+DeepSpeed's ``PipelineEngine`` (``engine="deepspeed"``, ``deepspeed/runtime/pipe/schedule.py``
+``TrainSchedule``, ``p2p.py``): 1F1B's per-stage order (forward steps from step ``s``, backward steps from
+``2p - s - 1``, alternating), each step's instructions in order, and a send (``dist.send`` or a two-rank
+``dist.broadcast``, never asynchronous) holds the stream until it ends. A pass's output leaves at the start of
+the stage's next step: in 0.18+ a backward step receives before it sends the previous forward's activation; in
+0.6 (``deepspeed-0.6``) a forward step receives before it sends the previous backward's gradient. NCCL's
+send/receive rendezvous is not modelled.
 
 What is not modelled: the pipeline sends inside a call are not overlapped; each call's outputs are sent
 when it ends, as in the
@@ -417,11 +411,8 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, engine)
     form, :mod:`flowsim.step.host`; ``lag_s``: how much later than its kernels a pass issued from an idle CPU
     ends). The reported start is the pass's end less its duration (GPU waits for the CPU show as idle time).
 
-    ``p2p_sync``: the CPU waits for the device at every pipeline send and receive (the previous pass's send,
-    the pass's input). ``engine`` (an index of :data:`PIPELINE_ENGINES`): DeepSpeed's ``PipelineEngine``
-    (module docstring) sends a pass's output at the start of the stage's next step, after that step's receive
-    when a forward is followed by a backward (``deepspeed``) or a backward by a forward (``deepspeed-0.6``),
-    and the stage's stream waits for each send to end.
+    ``p2p_sync``: the CPU waits for the device at every pipeline send and receive. ``engine``: an index of
+    :data:`PIPELINE_ENGINES` (DeepSpeed's send order and blocking sends: module docstring).
     """
     p, n, _ = order.shape
     start = np.zeros((p, n))
