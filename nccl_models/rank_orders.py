@@ -168,13 +168,16 @@ def pipelined(parent: np.ndarray, n_chunks: int, chunk_frac: np.ndarray, total_b
 
 
 def parent_depth(parent: np.ndarray) -> int:
-    """Edges on the longest path from a rank to its root (pointer jumping, vectorised over ranks)."""
-    depth = np.zeros(parent.shape, dtype=np.int64)
-    cur = parent.copy()
+    """Edges on the longest path from a rank to its root (pointer doubling, vectorised over ranks: each round
+    adds the depth of the current ancestor and jumps to its ancestor, ``log2(depth)`` rounds)."""
     rows = np.arange(parent.shape[0])[:, None]
-    while np.any(cur >= 0):
-        depth += cur >= 0
-        cur = np.where(cur >= 0, parent[rows, np.maximum(cur, 0)], -1)
+    depth = (parent >= 0).astype(np.int64)  # edges from each rank to ``anc``
+    anc = parent.copy()
+    while np.any(anc >= 0):
+        up = np.maximum(anc, 0)
+        has = anc >= 0
+        depth = depth + np.where(has, depth[rows, up], 0)
+        anc = np.where(has, anc[rows, up], -1)
     return int(depth.max())
 
 

@@ -250,3 +250,30 @@ def test_bad_input_names_the_field(args, field):
     with pytest.raises(ConfigError) as err:
         build_plan(*args)
     assert err.value.field == field
+
+
+def _slow_depth(parent: np.ndarray) -> int:
+    """Reference: walk every rank up to its root."""
+    best = 0
+    for row in parent:
+        for x in range(row.size):
+            d = 0
+            while row[x] >= 0:
+                x, d = row[x], d + 1
+            best = max(best, d)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parent_depth_matches_walking_up(seed):
+    from flowsim.nccl_models.rank_orders import parent_depth
+
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 3, 7, 20, 100, 300):
+        assert parent_depth(np.stack(dtree_parent(n))) == _slow_depth(np.stack(dtree_parent(n)))
+        par = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, n)])  # a random tree, relabelled
+        perm = rng.permutation(n)
+        tree = np.empty(n, dtype=np.int64)
+        tree[perm] = np.where(par >= 0, perm[np.maximum(par, 0)], -1)
+        assert parent_depth(tree[None, :]) == _slow_depth(tree[None, :])
+    assert parent_depth(np.arange(-1, 99)[None, :]) == 99  # a chain of 100
