@@ -70,6 +70,12 @@ class ModelConfig:
     moe_imbalance_factor : float
         Tokens of the busiest expert-parallel rank over the mean (>= 1; 1 = perfectly even routing). 0 (default):
         modelled (:func:`flowsim.model.moe.imbalance_factor`). The capacity factor bounds it.
+    mtp_num_layers : int
+        Multi-token prediction depth (Megatron-LM ``--mtp-num-layers``; DeepSeek-V3 trains with 1, arXiv
+        2412.19437 sec. 2.2): each MTP module on the last pipeline stage normalises the hidden states and the
+        embedding of the next token, projects their concatenation (``2h -> h``), runs one more transformer
+        layer of the decoder's last kind (an MoE layer in DeepSeek-V3) and the shared output head with its
+        cross-entropy. 0 (default): none.
     multi_latent_attention : bool
         DeepSeek multi-head latent attention (MLA) with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
         ``qk_pos_emb_head_dim`` and ``v_head_dim`` (Megatron-LM argument names; ``q_lora_rank`` 0 means no
@@ -111,6 +117,7 @@ class ModelConfig:
     moe_imbalance_factor: float = 0.0
     moe_router_num_groups: int = 0
     moe_router_group_topk: int = 0
+    mtp_num_layers: int = 0
     multi_latent_attention: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
@@ -153,7 +160,8 @@ class ModelConfig:
         if self.num_attention_heads % self.num_query_groups:
             raise ConfigError("num_query_groups", "must divide num_attention_heads",
                               f"{self.num_query_groups} and {self.num_attention_heads}")
-        check_ints(self, ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank"), 0)
+        check_ints(self, ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank",
+                          "mtp_num_layers"), 0)
         check_ints(self, ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
                      "qk_pos_emb_head_dim", "v_head_dim"), 1)
         bounds.check_float("moe_expert_capacity_factor", self.moe_expert_capacity_factor, 0.0,
@@ -205,7 +213,8 @@ class ModelConfig:
         b.check_int_max(self, ("vocab_size",), b.MAX_VOCAB, "16x the largest published vocabulary")
         b.check_int_max(self, ("num_moe_experts",), b.MAX_EXPERTS, "40x the most experts of a production model")
         b.check_int_max(self, ("seq_length",), b.MAX_SEQ, "16x the longest published training context")
-        b.check_int_max(self, ("moe_layer_freq", "moe_first_k_dense"), b.MAX_LAYERS, "the most layers")
+        b.check_int_max(self, ("moe_layer_freq", "moe_first_k_dense", "mtp_num_layers"), b.MAX_LAYERS,
+                        "the most layers")
 
     def attention_weights(self) -> int:
         """Weight-matrix parameters of one attention block (QKV or MLA projections and the output)."""
@@ -223,8 +232,13 @@ class ModelConfig:
         return self.hidden_size * width * (2 if self.gated else 1) + width * self.hidden_size
 
     def moe_layer_count(self) -> int:
-        """Layers with routed experts."""
+        """Layers with routed experts (the decoder's; see :meth:`mtp_moe`)."""
         return sum(self.moe_layer(i) for i in range(self.num_layers))
+
+    def mtp_moe(self) -> bool:
+        """True when the multi-token prediction layers route tokens to experts: they take the decoder's last
+        layer kind (Megatron-LM ``get_gpt_mtp_block_spec`` reuses the decoder layer spec)."""
+        return self.moe_layer(self.num_layers - 1)
 
     def num_parameters(self, active: bool = False) -> int:
         """Trainable parameters (embedding and LM head counted once each when untied).
@@ -245,4 +259,7 @@ class ModelConfig:
         emb = v * h * (2 if self.untie_embeddings_and_output_weights else 1)
         pos = self.seq_length * h if self.position_embedding == "learned" else 0
         final_norm = h * (2 if self.normalization == "layernorm" else 1)
-        return layers + emb + pos + final_norm
+        # each MTP module: its layer, the 2h -> h projection and three norms (embedding, hidden, final)
+        mtp = self.mtp_num_layers * (self.attention_weights() + norms + biases + 2 * h * h + 3 * final_norm
+                                     + (moe_mlp if self.mtp_moe() else self.mlp_weights(f)))
+        return layers + emb + pos + final_norm + mtp

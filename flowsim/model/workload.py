@@ -30,6 +30,7 @@ from flowsim.config import SimConfig
 from flowsim.config.layout import end_chunks
 from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
+from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
 from flowsim.model.ops import (OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm, linear, memory,
                                unfused_attention)
@@ -315,21 +316,43 @@ def build_head(cfg: SimConfig) -> OpSet:
     tok_sp = tokens // t.tp if t.sequence_parallel else tokens
     h = m.hidden_size
     v_local = padded_vocab(cfg) // t.tp
-    rows = []
-    elementwise(rows, "final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
-    # The output layer runs in 16-bit even in FP8 and FP4 recipes (TE keeps the first and last layers in BF16).
-    linear(rows, "lm_head", tokens, v_local, h, "bf16", False)
-    elementwise(rows, "cross_entropy", "cross_entropy", t.kernel_fusion, tokens * v_local, False)
-    comms = []
-    if t.tp > 1:
-        if t.sequence_parallel:
-            comms.append(comm("tp", "allgather", tokens * h * ACT_BYTES, "fwd"))
-            comms.append(comm("tp", "reducescatter", tokens * h * ACT_BYTES, "bwd"))
-        else:
-            comms.append(comm("tp", "allreduce", tokens * h * ACT_BYTES, "bwd"))
-        # max and sum-exp of the logits across the vocab shards: three small fp32 all-reduces
-        comms.append(comm("tp", "allreduce", tokens * FP32_BYTES, "fwd", count=3))
+    rows, comms = [], []
+    for prefix in [""] + [f"mtp{j}_" for j in range(m.mtp_num_layers)]:
+        if prefix:
+            # multi-token prediction module (Megatron-LM MultiTokenPredictionLayer; its transformer layer is
+            # one of the last stage's layers): the next tokens' embedding and the hidden states normalised,
+            # their concatenation projected 2h -> h (column-parallel), then the shared output head below
+            rows.append(memory(f"{prefix}embedding", tokens * h * ACT_BYTES, "fwd"))
+            rows.append(memory(f"{prefix}embedding.bwd", tokens * h * ACT_BYTES * 2, "bwd"))
+            for norm in ("enorm", "hnorm"):
+                elementwise(rows, f"{prefix}{norm}", m.normalization, t.kernel_fusion, tok_sp * h, False)
+            linear(rows, f"{prefix}eh_proj", tokens, h // t.tp, 2 * h, "bf16", False)
+            _head_tp_comms(comms, cfg, tokens, 2 * h, logits=False)
+            if t.tp > 1:  # the projection's output gathered over TP (gather_from_tensor_model_parallel_region)
+                comms.append(comm("tp", "allgather", tokens * h * ACT_BYTES, "fwd"))
+        elementwise(rows, f"{prefix}final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
+        # The output layer runs in 16-bit even in FP8 and FP4 recipes (TE keeps the first and last layers in BF16).
+        linear(rows, f"{prefix}lm_head", tokens, v_local, h, "bf16", False)
+        cross_entropy_rows(rows, f"{prefix}cross_entropy", cross_entropy_impl(t), tokens * v_local)
+        _head_tp_comms(comms, cfg, tokens, h, logits=True)
     return finish(rows, comms)
+
+
+def _head_tp_comms(comms, cfg, tokens, width, logits: bool) -> None:
+    """Tensor-parallel collectives of a column-parallel projection of ``tokens`` inputs of ``width`` on the last
+    stage: the sequence-parallel all-gather of its input (reduce-scatter of its gradient), else the
+    all-reduce of the input gradient; ``logits``: the output head's three small fp32 all-reduces of the
+    logits' max and sum-exp across the vocab shards."""
+    t = cfg.training
+    if t.tp == 1:
+        return
+    if t.sequence_parallel:
+        comms.append(comm("tp", "allgather", tokens * width * ACT_BYTES, "fwd"))
+        comms.append(comm("tp", "reducescatter", tokens * width * ACT_BYTES, "bwd"))
+    else:
+        comms.append(comm("tp", "allreduce", tokens * width * ACT_BYTES, "bwd"))
+    if logits:
+        comms.append(comm("tp", "allreduce", tokens * FP32_BYTES, "fwd", count=3))
 
 
 def layer_params(cfg: SimConfig, moe: bool = False) -> float:
@@ -357,10 +380,11 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
     Virtual stage ``k = c * p + s`` (Megatron-LM's interleaved assignment) holds layers in order. With
     ``account_for_embedding_in_pipeline_split`` (``..._loss_...``) the embedding (loss) counts as one
     layer of virtual stage 0 (the last). ``balanced`` gives the remainder layers one each to the virtual
-    stages after the first. DualPipe (DeepSeek-V3 report sec. 3.2.1) splits the model into ``p`` stages
-    and gives stage ``s`` two chunks: model stage ``s`` (chunk 0, the pipeline fed at stage 0) and model
-    stage ``p - 1 - s`` (chunk 1, the pipeline fed at stage ``p - 1``), so each GPU holds two stages'
-    layers.
+    stages after the first. The ``mtp_num_layers`` multi-token prediction layers join the last virtual stage
+    (as MoE layers when the decoder's last layer is one). DualPipe (DeepSeek-V3 report sec. 3.2.1) splits
+    the model into ``p`` stages and gives stage ``s`` two chunks: model stage ``s`` (chunk 0, the pipeline
+    fed at stage 0) and model stage ``p - 1 - s`` (chunk 1, the pipeline fed at stage ``p - 1``), so each GPU
+    holds two stages' layers.
     """
     t = cfg.training
     p, v = t.pp, t.vpp
@@ -382,6 +406,10 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
         counts[idx % p, idx // p] = per[idx]
         moe[idx % p, idx // p] = sum(cfg.model.moe_layer(i) for i in range(start, start + per[idx]))
         start += per[idx]
+    # multi-token prediction layers follow the decoder on the last virtual stage (Megatron-LM builds the MTP
+    # block beside the output layer)
+    counts[p - 1, v - 1] += cfg.model.mtp_num_layers
+    moe[p - 1, v - 1] += cfg.model.mtp_num_layers * cfg.model.mtp_moe()
     if t.schedule == "dualpipe":
         counts, moe = np.hstack([counts, counts[::-1]]), np.hstack([moe, moe[::-1]])
     return (counts, moe) if with_moe else counts
@@ -402,7 +430,8 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
         if s in first:
             n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
         if s in last:
-            n += h * (2 if m.normalization == "layernorm" else 1)
+            norm = h * (2 if m.normalization == "layernorm" else 1)
+            n += norm + m.mtp_num_layers * (2 * h * h / t.tp + 3 * norm)  # MTP projections and norms
             if m.untie_embeddings_and_output_weights or t.pp > 1:
                 # a tied head on another stage keeps its own copy of the word embedding (Megatron-LM)
                 n += v * h / t.tp
@@ -448,17 +477,20 @@ def model_flops_per_token(cfg: SimConfig) -> float:
 
     ``6 * N`` for the GEMMs, where N counts every transformer weight matrix (for MoE layers the router, the
     shared experts and the ``topk`` routed experts a token visits) and the LM head (not the embedding
-    lookup), plus ``6 * 2 * layers * seq * heads * head_dim / 2`` for the attention scores and their
-    product with V (causal: half of the square is computed; MLA uses the mean of its QK and V head dims).
+    lookup), each multi-token prediction module's layer, projection and output head too, plus
+    ``6 * 2 * layers * seq * heads * head_dim / 2`` for the attention scores and their product with V (causal:
+    half of the square is computed; MLA uses the mean of its QK and V head dims; MTP layers count as layers).
     """
     m = cfg.model
-    n_moe = m.moe_layer_count()
-    dense_layers = m.num_layers - n_moe
+    mtp = m.mtp_num_layers
+    layers = m.num_layers + mtp
+    n_moe = m.moe_layer_count() + mtp * m.mtp_moe()
+    dense_layers = layers - n_moe
     per_moe = (m.moe_router_topk * m.mlp_weights(m.moe_ffn_hidden_size)
                + m.mlp_weights(m.moe_shared_expert_intermediate_size) + m.hidden_size * m.num_moe_experts)
-    weights = (m.num_layers * m.attention_weights() + dense_layers * m.mlp_weights(m.ffn_hidden_size)
-               + n_moe * per_moe + m.hidden_size * m.vocab_size)
+    weights = (layers * m.attention_weights() + dense_layers * m.mlp_weights(m.ffn_hidden_size)
+               + n_moe * per_moe + (1 + mtp) * m.hidden_size * m.vocab_size + mtp * 2 * m.hidden_size ** 2)
     head_dim = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2 if m.multi_latent_attention \
         else m.kv_channels
-    attn = 2.0 * m.num_layers * cfg.seq_length * m.num_attention_heads * head_dim * 0.5
+    attn = 2.0 * layers * cfg.seq_length * m.num_attention_heads * head_dim * 0.5
     return 6.0 * weights + 6.0 * attn

@@ -45,6 +45,7 @@ _INT = {  # Megatron dest -> (section, flowsim key)
     "moe_ffn_hidden_size": ("model", "moe_ffn_hidden_size"),
     "moe_router_num_groups": ("model", "moe_router_num_groups"),
     "moe_router_group_topk": ("model", "moe_router_group_topk"),
+    "mtp_num_layers": ("model", "mtp_num_layers"),
     "moe_shared_expert_intermediate_size": ("model", "moe_shared_expert_intermediate_size"),
     "q_lora_rank": ("model", "q_lora_rank"), "kv_lora_rank": ("model", "kv_lora_rank"),
     "qk_head_dim": ("model", "qk_head_dim"), "qk_pos_emb_head_dim": ("model", "qk_pos_emb_head_dim"),
@@ -94,7 +95,6 @@ UNSUPPORTED = {  # arguments that change the step in ways flowsim does not model
     "hybrid_override_pattern": "hybrid Mamba models are not modelled",
     "heterogeneous_layers_config_path": "heterogeneous layers are not modelled",
     "fp4": "fp4 training is not modelled",
-    "mtp_num_layers": "multi-token prediction layers are not modelled",
     "moe_token_drop_policy": None,  # checked below: only the default "probs" is accepted
 }
 
