@@ -203,6 +203,7 @@ def test_bad_gpus_per_process_is_one_line_exit_2(shared_data, command, value, me
      "--sizes", "16M:1G", "--engine", "flow"],
     ["--op", "allreduce", "--cluster", "gb200-nvl72", "--nodes", "36", "--algo", "^nvls,nvlstree",
      "--sizes", "1M:8G"],
+    ["--op", "allreduce", "--cluster", "gb200-nvl72", "--nodes", "25", "--sizes", "1M:1G"],  # racks of 72 + 28
 ], ids=lambda a: "-".join(a[1::2][:4]))
 def test_round_trip_has_no_error(tmp_path, args):
     printed = run("collective", *args)
@@ -218,3 +219,10 @@ def test_round_trip_has_no_error(tmp_path, args):
     for row, printed_row in zip(out["rows"], _rows(printed.output)):
         assert abs(row["busbw_error"]) < 1e-4, row
         assert f"{row['algo']}/{row['proto']}" == printed_row[-1]
+
+
+def test_collective_names_uneven_racks():
+    """2,496 GPUs (624 trays) fill 34 NVL72 racks and 12 trays of a 35th: NCCL's nodes are listed by size."""
+    out = run("collective", "--op", "allreduce", "--cluster", "gb200-nvl72", "--nodes", "624", "--sizes", "1G")
+    assert out.exit_code == 0, out.output
+    assert "allreduce on 2496 ranks, 34 x 72 + 1 x 48, 48 NIC(s)/node;" in out.output.splitlines()[0]

@@ -220,8 +220,11 @@ def collective(op, sizes, explain, collnet, cluster, nodes, gpus_per_node, nics_
             out["cost_tables"] = [{"size_bytes": s, "rows": t.to_dict(orient="records")} for s, t in tables]
         echo_json(out)
         return
-    title = (f"flowsim collective: {op} on {layout.n_ranks} ranks, {layout.n_nodes} node(s) x "
-             f"{layout.ranks_per_node}, {layout.nics_per_node} NIC(s)/node; NCCL {layout.nccl_version}; {engine} "
+    sizes = sorted(set(layout.node_sizes), reverse=True)  # uneven: "34 x 72 + 1 x 48"
+    nodes = " + ".join(f"{layout.node_sizes.count(m)} x {m}" for m in sizes) if layout.uneven else \
+        f"{layout.n_nodes} node(s) x {layout.ranks_per_node}"
+    title = (f"flowsim collective: {op} on {layout.n_ranks} ranks, {nodes}, {layout.nics_per_node} NIC(s)/node; "
+             f"NCCL {layout.nccl_version}; {engine} "
              f"engine; {_launch_text(per_process, launch['floor_s'])}; GB/s = 1e9 B/s")
     env = {k: v for k, v in (("NCCL_ALGO", algo), ("NCCL_PROTO", proto), ("NCCL_COLLNET_ENABLE", collnet and 1))
            if v}
