@@ -17,7 +17,8 @@ Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the l
 * ``cuda_graphs`` (``none``, ``layer``, ``full_iteration``), ``grad_reduce_dtype`` (``fp32``, ``bf16``, ``fp16``);
 * ``host_overhead``: the host-cost mode (:mod:`flowsim.model.host_costs`);
 * ``fsdp_version`` (1: flat-buffer FSDP / ZeRO-3, 2: FSDP2 per-parameter sharding);
-* ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``).
+* ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``);
+* ``cross_entropy_impl`` (``fused``, ``megatron``, ``fp32_upcast``: :mod:`flowsim.model.loss`);
 * ``p2p_sync`` (0/1): the CPU waits for the GPU at every pipeline send and receive;
 * ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
@@ -47,6 +48,7 @@ PROFILE_KEYS = {
     "host_overhead": ("training", "host_overhead", str),
     "fsdp_version": ("training", "fsdp_version", int),
     "fp8_recipe": ("training", "fp8_recipe", str),
+    "cross_entropy_impl": ("training", "cross_entropy_impl", str),
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 

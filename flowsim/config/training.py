@@ -39,6 +39,8 @@ HOST_MODES = ("none", "eager", "megatron", "te", "compiled")
 FSDP_VERSIONS = (1, 2)
 FP8_RECIPES = ("delayed", "tensorwise", "rowwise", "blockwise", "mxfp8")
 PIPELINE_ENGINES = ("megatron", "deepspeed", "deepspeed-0.6")
+CROSS_ENTROPY_IMPLS = ("fused", "megatron", "fp32_upcast")
+"""Cross-entropy implementations (:mod:`flowsim.model.loss`)."""
 """What runs the pipeline schedule (:mod:`flowsim.step.schedule`): Megatron's schedules, DeepSpeed's
 ``PipelineEngine`` as of 0.18 and as of 0.6 (its steps send and receive in the other order)."""
 
@@ -209,6 +211,11 @@ class TrainingConfig:
         What runs the pipeline schedule: ``megatron`` (default: sends run beside the compute), ``deepspeed`` or
         ``deepspeed-0.6`` (DeepSpeed's ``PipelineEngine``: a stage's stream waits for each send of its output;
         1f1b only).
+    cross_entropy_impl : str
+        The loss's kernels (:mod:`flowsim.model.loss`): ``fused`` (one kernel each way), ``megatron``
+        (Megatron-LM's vocab-parallel cross-entropy on fp32 logits, separate PyTorch ops) or ``fp32_upcast``
+        (``F.cross_entropy`` on ``logits.float()``); empty (default): ``fused`` with fused kernels, else
+        ``fp32_upcast``.
     """
 
     tensor_model_parallel_size: int = 1
@@ -259,6 +266,7 @@ class TrainingConfig:
     host_overhead: str = "none"
     p2p_sync: bool = False
     pipeline_engine: str = "megatron"
+    cross_entropy_impl: str = ""
     software_release: str = ""
     calibration: str = "default"
 
@@ -408,6 +416,9 @@ class TrainingConfig:
             raise ConfigError("host_overhead", f"must be one of {', '.join(HOST_MODES)}", self.host_overhead)
         if self.pipeline_engine not in PIPELINE_ENGINES:
             raise ConfigError("pipeline_engine", f"must be one of {', '.join(PIPELINE_ENGINES)}", self.pipeline_engine)
+        if self.cross_entropy_impl and self.cross_entropy_impl not in CROSS_ENTROPY_IMPLS:
+            raise ConfigError("cross_entropy_impl", f"must be one of {', '.join(CROSS_ENTROPY_IMPLS)} (or empty)",
+                              self.cross_entropy_impl)
         if self.framework:
             from flowsim.config.profiles import profile
 

@@ -49,6 +49,21 @@ class Traffic(NamedTuple):
     bwd: float
 
 
+CROSS_ENTROPY_KERNELS = {
+    "fused": ((ACT_BYTES + FP32_BYTES,), (FP32_BYTES + ACT_BYTES,)),
+    "megatron": ((6.0, 4.0, 8.0, 8.0, 4.0, 8.0), (8.0, 6.0)),
+    "fp32_upcast": ((6.0, 8.0), (4.0, 12.0, 6.0)),
+}
+"""Cross-entropy implementations (:mod:`flowsim.model.loss`): bytes per logit of each forward kernel and of each
+backward kernel."""
+
+
+def cross_entropy_bytes(impl: str) -> Traffic:
+    """Bytes per logit of cross-entropy implementation ``impl``, forward and backward (all its kernels)."""
+    fwd, bwd = CROSS_ENTROPY_KERNELS[impl]
+    return Traffic(sum(fwd), sum(bwd))
+
+
 _FUSED = {
     "layernorm": Traffic(2 * ACT_BYTES, 3 * ACT_BYTES),
     "rmsnorm": Traffic(2 * ACT_BYTES, 3 * ACT_BYTES),
@@ -61,9 +76,8 @@ _FUSED = {
     # and adds it to the skip gradient
     "dropout_residual": Traffic(3 * ACT_BYTES + 1, 2 * ACT_BYTES + 1 + 3 * ACT_BYTES),
     "rope": Traffic(2 * ACT_BYTES, 2 * ACT_BYTES),
-    # Megatron-LM vocab_parallel_cross_entropy: read 2-byte logits, write the fp32 softmax; backward reads
-    # it and writes the 2-byte gradient
-    "cross_entropy": Traffic(ACT_BYTES + FP32_BYTES, FP32_BYTES + ACT_BYTES),
+    # one fused cross-entropy kernel each way (flowsim.model.loss)
+    "cross_entropy": cross_entropy_bytes("fused"),
     "bias_grad": Traffic(0.0, 0.0),
     "qkv_grad_pack": Traffic(0.0, 0.0),
 }
@@ -75,7 +89,7 @@ _EAGER.update({
     # native_dropout (read x, write y and a 1-byte mask) then add; backward: dropout backward and the add
     "dropout_residual": Traffic(2 * ACT_BYTES + 1 + 3 * ACT_BYTES, 2 * ACT_BYTES + 1 + 3 * ACT_BYTES),
     "rope": Traffic(20.0, 20.0),
-    "cross_entropy": Traffic(14.0, 22.0),
+    "cross_entropy": cross_entropy_bytes("fp32_upcast"),
     "bias_grad": Traffic(0.0, ACT_BYTES),
     "qkv_grad_pack": Traffic(0.0, 2 * ACT_BYTES),
 })
