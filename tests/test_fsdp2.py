@@ -47,6 +47,11 @@ def test_the_last_reduce_scatter_of_zero3_is_exposed():
     rs = comms.time("dp", "reducescatter", per_layer * 4, cfg.num_microbatches)  # fp32 gradients
     # one layer's reduce-scatter after the last backward (no hybrid-sharding replicas to all-reduce across)
     assert dp_exposed(cfg, wl, comms, None, 0) == (pytest.approx(rs), 0.0, 0.0)
+    # with gradient accumulation, after every micro-batch's backward
+    acc = build_config(**{**BASE, "gbs": 32})
+    assert acc.num_microbatches == 4
+    rs4 = comms.time("dp", "reducescatter", per_layer * 4, 4)
+    assert dp_exposed(acc, build_workload(acc), comms, None, 0)[0] == pytest.approx(4 * rs4)
     single = build_config(**{**BASE, "gpus": 1, "gbs": 1})
     assert dp_exposed(single, build_workload(single), comms, None, 0) == (0.0, 0.0, 0.0)
 

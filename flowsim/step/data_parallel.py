@@ -11,7 +11,7 @@ gather share the network with the pipeline sends and expert all-to-alls of their
 
 ZeRO-3 / FSDP instead gathers each layer's weights (forward and backward) and reduce-scatters its gradients
 per layer, prefetched one layer ahead (:func:`fsdp_exposed`); the first layer's gather and the last layer's
-reduce-scatter have no compute beside them.
+reduce-scatter of each micro-batch have no compute beside them.
 """
 from __future__ import annotations
 
@@ -170,13 +170,15 @@ def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, floa
     """Exposed gradient reduction, parameter gathering and cross-kind slow-down of one stage, seconds per step
     (module docstring). With ZeRO-3 (:func:`fsdp_exposed` prices the per-layer collectives beside the layers) the
     exposed reduction is the last layer's reduce-scatter (and its shard's all-reduce across hybrid-sharding
-    replicas), which runs after the last backward: the optimizer waits for it (FSDP's post-backward callback)."""
+    replicas) of every micro-batch, which runs after that micro-batch's backward: the end of each backward waits
+    for it (FSDP2 ``_root_post_backward_final_callback`` waits for the reduce-scatter's event, FSDP1
+    ``_post_backward_final_callback`` for the post-backward stream, DeepSpeed ZeRO-3 for its reduction stream)."""
     t = cfg.training
     if zero_level(t) >= 3:
         if t.dp * t.cp == 1:
             return 0.0, 0.0, 0.0
         _, rs, ar, _, _ = _fsdp_layer_comms(cfg, wl, comms)
-        return rs + ar, 0.0, 0.0
+        return (rs + ar) * cfg.num_microbatches, 0.0, 0.0
     parts = reduction_parts(cfg.training, wl, comms.groups, stage)
     if not parts:
         return 0.0, 0.0, 0.0
