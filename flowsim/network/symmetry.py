@@ -47,6 +47,14 @@ the quotient would save less than this factor of the event loop's work for the c
 only (the quotient is exact either way), set by hand from benchmarks/bench_flow_scaling.py (hash-ECMP traffic
 across leaves is nearly all singletons)."""
 
+MAX_ROUNDS = 96
+"""Refinement rounds before giving up on the quotient (the explicit simulation runs instead). Each round costs a
+pass over every path hop and dependency; the simulations of benchmarks/bench_flow_scaling.py's gpt3-175b and
+deepseek-v3 cases settle in at most 8 rounds, but hash-ECMP traffic over three tiers can need about one round
+per class found (llama3.1-405b on 16,384 GPUs: 65 rounds for 65,536 transfers in 4,096 classes, which saves
+three quarters of that simulation's cost; 256 rounds for 2,048 pipeline sends in 128 classes, which do not pay).
+A cost cap only, set by hand from those runs."""
+
 _MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15, splitmix64's odd constant (routing.py cites it)
 _M1 = np.int64(-4658895280553007687)  # 0xBF58476D1CE4E5B9, splitmix64's first multiplier
 _M2 = np.int64(-7723592293110705685)  # 0x94D049BB133111EB, splitmix64's second multiplier
@@ -132,9 +140,9 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
             latency_bits, cap_bits, max_rounds, max_classes):
     """Colour refinement from the transfers' attributes and depths and the links' capacities: each round hashes
     a transfer's colour with the sums of its path links' and dependencies' hashed colours, a used link's with
-    the sum of its transfers' (multiset hashes), until the class counts stop growing or the transfer classes
-    pass ``max_classes``. Returns the transfer colours, their count, the link colours (-1 for unused links) and
-    their count."""
+    the sum of its transfers' (multiset hashes), until the class counts stop growing (the colouring is stable),
+    the transfer classes pass ``max_classes`` or ``max_rounds`` rounds have run. Returns the transfer colours,
+    their count, the link colours (-1 for unused links), their count and whether the colouring is stable."""
     n = size_bits.shape[0]
     depth = _depths(dep_ptr, dep_idx)
     key = np.empty(n, dtype=np.int64)
@@ -148,6 +156,7 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
     lc, n_lc = _dense(lkey)
     for i in range(used.shape[0]):
         lcol[used[i]] = lc[i]
+    stable = False
     for _ in range(max_rounds):
         if n_tc > max_classes:
             break
@@ -168,11 +177,12 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
         tc2, n_tc2 = _dense(key)
         lc2, n_lc2 = _dense(lkey)
         if n_tc2 == n_tc and n_lc2 == n_lc:
+            stable = True
             break
         tcol, n_tc, n_lc = tc2, n_tc2, n_lc2
         for i in range(used.shape[0]):
             lcol[used[i]] = lc2[i]
-    return tcol, n_tc, lcol, n_lc
+    return tcol, n_tc, lcol, n_lc, stable
 
 
 @njit(cache=True)
@@ -298,7 +308,8 @@ def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.nd
              release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray):
     """The quotient of a checked transfer set (:func:`flowsim.network.netsim.simulate`'s arrays) by its coarsest
     equitable partition; ``None`` when the classes are more than :data:`MAX_CLASS_FRACTION` of the transfers
-    (little to save) or the partition fails its check (a hash collision).
+    (little to save), the refinement takes more than :data:`MAX_ROUNDS` rounds, or the partition fails its check
+    (a hash collision).
 
     Returns
     -------
@@ -311,9 +322,9 @@ def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.nd
     cap_bits = capacity_Bps.view(np.int64)
     link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
     used = np.flatnonzero(np.diff(link_ptr) > 0)
-    tcol, n_tc, lcol, n_lc = _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, *bits,
-                                     cap_bits, n + used.size, int(n * MAX_CLASS_FRACTION))
-    if n_tc > n * MAX_CLASS_FRACTION:
+    tcol, n_tc, lcol, n_lc, stable = _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used,
+                                             *bits, cap_bits, MAX_ROUNDS, int(n * MAX_CLASS_FRACTION))
+    if not stable:
         return None
     _, t_rep = np.unique(tcol, return_index=True)  # colours are numbered by first occurrence: increasing
     _, first = np.unique(lcol[used], return_index=True)
