@@ -99,9 +99,9 @@ __getattr__ = module_getattr(__name__)  # rank orders and NVLS helpers moved to 
 PLANNED_ALGOS = ("Ring", "Tree", "NVLS", "NVLSTree", "PAT", "CollNetDirect", "CollNetChain", "P2P")
 """Algorithms (NCCL names) that have a plan. NVLS across nodes (NVLS + SHARP) has none."""
 
-_EVEN_ONLY = ("NVLSTree", "CollNetDirect", "CollNetChain")
-"""Algorithms whose plans (:mod:`~flowsim.nccl_models.switch_plans`) place heads at fixed local ranks of equal
-nodes: on uneven nodes the flow engine picks among the others (PAT needs one rank per node anyway)."""
+_EVEN_ONLY = ("CollNetDirect", "CollNetChain")
+"""Algorithms whose plans (:func:`~flowsim.nccl_models.switch_plans.collnet_parts`) need the same ranks on every
+node: on uneven nodes the flow engine picks among the others (PAT needs one rank per node anyway)."""
 
 DEFAULT_MAX_TRANSFERS = 1 << 13
 """Transfers above which a plan merges steps/loops/chunks (a cost cap, set from benchmarks/bench_collectives.py)."""

@@ -100,14 +100,16 @@ def ring_order(layout: CommLayout, n_rings: int) -> np.ndarray:
     (switch). On a full mesh it follows the Walecki ring ``c`` (one node, :func:`walecki_rings`) or the
     zigzag path from ``s_c + j * ppn / 2`` in node ``j`` (several nodes, :func:`zigzag_path`): no two rings
     share a mesh link, and a ring enters node ``j + 1`` at the local rank where it left node ``j`` (one rail).
-    Uneven nodes (switch only): node ``j`` of ``m_j`` ranks is entered at its local rank ``c * m_j / n_rings``.
+    Uneven nodes (switch only): every node is entered at local rank ``s_c = c * m / n_rings`` of the smallest
+    node's ``m`` ranks, so that a ring keeps one NIC rail in every node (NCCL's inter-node channels use the same
+    NIC on every node), and then follows its own ranks in order.
     """
     c = np.arange(n_rings)[:, None]
     if layout.uneven:
         sizes = np.asarray(layout.node_sizes)
         first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        return np.concatenate([f + (c * m // n_rings + np.arange(m)[None, :]) % m for f, m in zip(first, sizes)],
-                              axis=1)
+        start = c * sizes.min() // n_rings
+        return np.concatenate([f + (start + np.arange(m)[None, :]) % m for f, m in zip(first, sizes)], axis=1)
     ppn = layout.ranks_per_node
     start = c * ppn // n_rings
     if is_mesh(layout) and layout.n_nodes == 1:

@@ -14,7 +14,8 @@ from flowsim.nccl_models.rank_orders import (
     chunk_groups, distinct_rings, dtree_parent, even_groups, parent_depth, pipelined, ring_order,
 )
 
-__all__ = ["NET_SWITCH", "SWITCH", "collnet_parts", "nvls_heads", "nvls_parts", "nvls_tree_parts"]
+__all__ = ["NET_SWITCH", "SWITCH", "collnet_parts", "node_first", "node_of", "nvls_heads", "nvls_parts",
+           "nvls_tree_parts"]
 
 SWITCH = -1
 """Rank id of the NVSwitch in NVLS plans (the scale-up switch of the source/destination GPU's domain)."""
@@ -24,14 +25,15 @@ its leaf switch, one from it arrives through the leaf and the NIC (the aggregati
 one reduced stream per leaf and is not simulated)."""
 
 
-def _switch_pass(up_ranks: np.ndarray, up_bytes: float, down_ranks: np.ndarray, down_bytes: float, ppn: int,
+def _switch_pass(up_ranks: np.ndarray, up_bytes: float, down_ranks: np.ndarray, down_bytes: float, node: np.ndarray,
                  n_nodes: int, frac: np.ndarray, first: int):
     """One NVLS pass through every node's NVSwitch, for each chunk group (``frac``: share of the bytes in each).
 
     ``up_ranks`` each send ``up_bytes`` (all groups together) to their node's switch (``dst = SWITCH``); a
     zero-byte barrier per node (``src = dst = SWITCH``: the switch-side reduction or multicast) waits for its
     node's ups of the group; then each of ``down_ranks`` receives ``down_bytes`` (``src = SWITCH``) after its
-    node's barrier. Ups and downs also wait for their previous group (FIFO). Transfer ids start at ``first``.
+    node's barrier (``node``: int64[n_ranks], each rank's node). Ups and downs also wait for their previous group
+    (FIFO). Transfer ids start at ``first``.
 
     Returns ``(src, dst, payload, step, dependent, dependency, ids)`` with ``ids = (ups int64[G, u],
     barriers int64[G, n_nodes], downs int64[G, d])``.
@@ -44,8 +46,8 @@ def _switch_pass(up_ranks: np.ndarray, up_bytes: float, down_ranks: np.ndarray, 
     dst = np.tile(np.concatenate([np.full(u + n_nodes, SWITCH), down_ranks]), G)
     payload = (np.concatenate([np.full(u, up_bytes), np.zeros(n_nodes), np.full(d, down_bytes)])[None, :]
                * frac[:, None]).ravel()
-    dependent = np.concatenate([bars[:, up_ranks // ppn].ravel(), downs.ravel(), ups[1:].ravel(), downs[1:].ravel()])
-    dependency = np.concatenate([ups.ravel(), bars[:, down_ranks // ppn].ravel(), ups[:-1].ravel(),
+    dependent = np.concatenate([bars[:, node[up_ranks]].ravel(), downs.ravel(), ups[1:].ravel(), downs[1:].ravel()])
+    dependency = np.concatenate([ups.ravel(), bars[:, node[down_ranks]].ravel(), ups[:-1].ravel(),
                                  downs[:-1].ravel()])
     return src, dst, payload, np.repeat(np.arange(G), per), dependent, dependency, (ups, bars, downs)
 
@@ -59,14 +61,26 @@ def nvls_parts(op: str, size: float, layout: CommLayout, channels: int, heads: i
     groups = min(n_chunks, max(1, max_transfers // (2 * n + 1)))
     ranks = np.arange(n)
     src, dst, payload, step, dependent, dependency, _ = _switch_pass(
-        ranks, up_bytes, ranks, down_bytes, n, 1, even_groups(n_chunks, groups) / n_chunks, 0)
+        ranks, up_bytes, ranks, down_bytes, np.zeros(n, dtype=np.int64), 1, even_groups(n_chunks, groups) / n_chunks,
+        0)
     return src, dst, payload, np.zeros(src.size, dtype=np.int64), step, dependent, dependency, groups + 2, 0.0
 
 
 def nvls_heads(layout: CommLayout, heads: int) -> np.ndarray:
-    """int64[n_nodes, heads]: comm ranks of each node's NVLS heads, one per NIC (local rank ``h x ppn / heads``)."""
-    ppn = layout.ranks_per_node
-    return np.arange(layout.n_nodes)[:, None] * ppn + np.arange(heads)[None, :] * ppn // heads
+    """int64[n_nodes, heads]: comm ranks of each node's NVLS heads, one per NIC: local rank ``h x m / heads``
+    with ``m`` the smallest node's ranks (``ppn`` when even), the same NIC rail on every node."""
+    m = min(layout.node_sizes)
+    return node_first(layout)[:, None] + np.arange(heads)[None, :] * m // heads
+
+
+def node_first(layout: CommLayout) -> np.ndarray:
+    """int64[n_nodes]: the first comm rank of each node (ranks are node-major)."""
+    return np.concatenate([[0], np.cumsum(layout.node_sizes)[:-1]]).astype(np.int64)
+
+
+def node_of(layout: CommLayout) -> np.ndarray:
+    """int64[n_ranks]: the node of each comm rank."""
+    return np.repeat(np.arange(layout.n_nodes), layout.node_sizes)
 
 
 def _head_trees(head: np.ndarray, n: int) -> np.ndarray:
@@ -98,7 +112,7 @@ def nvls_tree_parts(size: float, layout: CommLayout, channels: int, heads: int, 
     Chunks of the NVLS size (:func:`nvls_chunk_bytes`), merged by
     :func:`chunk_groups`, which streams (no dependencies) when too few groups are left.
     """
-    n, nn, ppn = layout.n_ranks, layout.n_nodes, layout.ranks_per_node
+    n, nn, node = layout.n_ranks, layout.n_nodes, node_of(layout)
     head = nvls_heads(layout, heads)
     parent = _head_trees(head, n)
     depth = parent_depth(parent)
@@ -110,11 +124,11 @@ def nvls_tree_parts(size: float, layout: CommLayout, channels: int, heads: int, 
     ranks, hf = np.arange(n), head.ravel()
     col = np.full(n, -1, dtype=np.int64)
     col[hf] = np.arange(hf.size)  # rank -> column of the head arrays
-    r_src, r_dst, r_pay, r_k, r_dep, r_dy, (_, _, shares) = _switch_pass(ranks, size, hf, size / heads, ppn, nn,
+    r_src, r_dst, r_pay, r_k, r_dep, r_dy, (_, _, shares) = _switch_pass(ranks, size, hf, size / heads, node, nn,
                                                                           frac, 0)
     t_src, t_dst, t_pay, t_ch, t_k, t_dep, t_dy = pipelined(parent, groups, frac, size, True, True, stream)
     tid = r_src.size + np.arange(t_src.size)
-    b_src, b_dst, b_pay, b_k, b_dep, b_dy, (b_ups, _, _) = _switch_pass(hf, size / heads, ranks, size, ppn, nn,
+    b_src, b_dst, b_pay, b_k, b_dep, b_dy, (b_ups, _, _) = _switch_pass(hf, size / heads, ranks, size, node, nn,
                                                                         frac, tid[-1] + 1)
     if stream:
         dependent = dependency = np.zeros(0, dtype=np.int64)

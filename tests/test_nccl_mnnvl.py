@@ -124,8 +124,9 @@ def test_uneven_ring_and_tree_plans_visit_each_node_as_nccl_builds_them():
     from flowsim.nccl_models import build_plan
     from flowsim.nccl_models.rank_orders import ring_order
 
-    three = CommLayout(3, 2, nics_per_node=1, nic_Bps=50e9, node_ranks=(2, 1), **H100)
-    assert ring_order(three, 2).tolist() == [[0, 1, 2], [1, 0, 2]]  # node 0 entered at local 0 and 1
+    six = CommLayout(6, 2, nics_per_node=2, nic_Bps=50e9, node_ranks=(4, 2), **H100)
+    # every node entered at local 0 and 1 (the smaller node's rails), then its own ranks in order
+    assert ring_order(six, 2).tolist() == [[0, 1, 2, 3, 4, 5], [1, 2, 3, 0, 5, 4]]
     ring = build_plan("allreduce", 2**30, UNEVEN, "Ring", "Simple")
     R = int(ring.channel.max()) + 1
     assert R == 28  # one ring per NIC rail of the smaller node
@@ -140,8 +141,18 @@ def test_uneven_ring_and_tree_plans_visit_each_node_as_nccl_builds_them():
     assert [sum(1 for e in edges if e[0] == c) for c in range(56)] == [2 * 99] * 56  # 99 edges, up and down
     heads = {(c, b) for c, a, b in edges if a < 72 <= b or b < 72 <= a}
     assert len(heads) == 2 * 56  # one inter-node edge per tree: head of node 1 <-> head of node 0
-    with pytest.raises(ConfigError, match="^algo: NVLSTree plans need the same ranks on every node"):
-        build_plan("allreduce", 2**30, UNEVEN, "NVLSTree", "Simple")
+    with pytest.raises(ConfigError, match="^algo: CollNetChain plans need the same ranks on every node"):
+        build_plan("allreduce", 2**30, replace(UNEVEN, collnet=True), "CollNetChain", "Simple")
+    from flowsim.nccl_models import SWITCH
+    from flowsim.nccl_models.switch_plans import nvls_heads
+
+    heads = nvls_heads(UNEVEN, 16)
+    assert heads[0].tolist() == (heads[1] - 72).tolist() == [h * 28 // 16 for h in range(16)]  # same rails
+    nvls = build_plan("allreduce", 2**30, UNEVEN, "NVLSTree", "Simple")
+    up = (nvls.dst == SWITCH) & (nvls.src >= 0)
+    sent_up = np.bincount(nvls.src[up], weights=nvls.payload_bytes[up], minlength=100)
+    is_head = np.isin(np.arange(100), heads)
+    assert np.allclose(sent_up[~is_head], 2**30) and np.allclose(sent_up[is_head], 2**30 * (1 + 1 / 16))
 
 
 def test_uneven_rack_flows_agree_with_the_analytic_model():
@@ -155,5 +166,7 @@ def test_uneven_rack_flows_agree_with_the_analytic_model():
         est = predict("allreduce", 2**30, layout, algo=algo)
         assert flow.algo == est.algo
         assert flow.time_s == pytest.approx(est.time_s, rel=0.15)
-    # NVLSTree has no plan on uneven nodes: the flow engine picks among Ring and Tree
-    assert run_collective(cluster, gpu, "allreduce", 2**30, list(range(100))).algo in ("Ring", "Tree")
+    flow = run_collective(cluster, gpu, "allreduce", 2**30, list(range(100)))  # NVLS on: NVLSTree
+    est = predict("allreduce", 2**30, layout)
+    assert flow.algo == est.algo == "NVLSTree"
+    assert flow.time_s == pytest.approx(est.time_s, rel=0.15)
