@@ -376,4 +376,5 @@ def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None, attention_impl:
     if dtypes is None:
         dtypes = tuple(d for d in ("bf16", "fp8") if d in gpu.peak_flop_per_s) or ("fp16",)
     refs = [gemm_reference(gpu, dt) for dt in dtypes] + [latency_reference(gpu)]
-    return refs + [attn.attention_reference(gpu, attention_impl), memory_reference(gpu), memory_latency_reference(gpu)]
+    return refs + [attn.attention_reference(gpu, attention_impl), memory_reference(gpu),
+                   memory_latency_reference(gpu)]
