@@ -116,6 +116,48 @@ def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:
     return OpSet(compute=c, comms=opset.comms)
 
 
+# How Transformer Engine userbuffers run each pipelined tensor-parallel collective (``tp_comm_overlap``; the defaults
+# of transformer_engine/pytorch/module/base.py ``initialize_ub``): the all-gathers before a GEMM (qkv_fprop,
+# fc1_fprop, proj_dgrad, fc2_dgrad) as a ``ring_exchange`` in tp-size splits on 1 SM; the reduce-scatters after the
+# forward's row-parallel GEMMs (proj_fprop, fc2_fprop) as a ``pipeline`` of 4 splits on 16 SMs; the input
+# gradients' reduce-scatters (qkv_dgrad, fc1_dgrad) in ``bulk`` beside the weight-gradient GEMM, on 16 SMs.
+# PyTorch's async TP (torch/distributed/_symmetric_memory ``fused_all_gather_matmul`` /
+# ``fused_matmul_reduce_scatter``) splits both kinds in tp-size pieces and moves shards with the copy engines; it
+# is priced as Transformer Engine.
+TP_OVERLAP_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
+TP_PIPELINE_SPLITS = 4
+
+
+def tp_overlap_method(op: str, names) -> str:
+    """``ring_exchange``, ``pipeline`` or ``bulk``: how a tensor-parallel collective (``op``) runs beside the GEMMs
+    ``names`` it feeds or drains (:data:`TP_OVERLAP_SMS`)."""
+    if any(n.endswith(".wgrad") for n in names):
+        return "bulk"
+    return "ring_exchange" if op == "allgather" else "pipeline"
+
+
+def tp_overlap_pieces(method: str, tp: int) -> int:
+    """Pieces a pipelined collective's GEMM runs in under ``method`` (1: a bulk overlap, the GEMM whole)."""
+    return {"ring_exchange": tp, "pipeline": TP_PIPELINE_SPLITS, "bulk": 1}[method]
+
+
+def split_pipelined_gemms(rows, comms, tp) -> None:
+    """Split, in place, each GEMM row a tensor-parallel collective is pipelined with (``tp_comm_overlap``: a comm's
+    ``overlap == "gemm:<names>"`` in its phase) into the pieces of its method (:func:`tp_overlap_pieces`) of
+    ``m / pieces`` rows, each reading the whole weight: the kernel model prices the smaller pieces' tile and wave
+    quantisation and launches. Bulk-overlapped GEMMs stay whole."""
+    pieces = {}
+    for c in comms:
+        if c.overlap.startswith("gemm:"):
+            names = c.overlap.split(":", 1)[1].split("+")
+            for n in names:
+                pieces[(c.phase, n)] = tp_overlap_pieces(tp_overlap_method(c.op, names), tp)
+    for i, r in enumerate(rows):
+        k = pieces.get((r["phase"], r["name"]), 1)
+        if r["kind"] == "gemm" and k > 1:
+            rows[i] = gemm(r["name"], -(-r["m"] // k), r["n"], r["k"], r["dtype"], r["phase"], r["count"] * k)
+
+
 def memory(name, nbytes, phase, count=1, flops=0.0):
     """Row of a memory-bound kernel moving ``nbytes`` bytes (and doing ``flops`` FLOP)."""
     return dict(name=name, kind="memory", dtype="bf16", flops=flops, bytes=float(nbytes), phase=phase, count=count)

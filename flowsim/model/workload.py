@@ -33,7 +33,7 @@ from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
 from flowsim.model.ops import (OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm, linear, memory,
-                               unfused_attention)
+                               split_pipelined_gemms, unfused_attention)
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -235,6 +235,8 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         # (foreach_reduce: torch._chunk_cat) runs on the reduce-scatter stream, beside the compute.
         copy = 2 * ACT_BYTES * layer_params(cfg, moe)
         rows.extend((memory("fsdp_copy_out", copy, "fwd"), memory("fsdp_copy_out.bwd", copy, "bwd")))
+    if t.tp_comm_overlap and sp and tp > 1:
+        split_pipelined_gemms(rows, comms, tp)
     return finish(rows, comms)
 
 

@@ -23,12 +23,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from flowsim.model.ops import TP_OVERLAP_SMS, tp_overlap_method, tp_overlap_pieces
 from flowsim.step.overlap import overlapped_s
 from flowsim.step.pricer import CollectivePricer
 
-# Transformer Engine userbuffers (TP comm overlap) run their pipelined reduce-scatter kernels on 16 SMs
-# (``num_sm=16`` default of ``add_ub`` in transformer_engine/pytorch/module/base.py ``initialize_ub``).
-TP_OVERLAP_SMS = 16
 PHASES = ("fwd", "bwd", "recompute")
 EXPERT_GROUPS = ("ep", "etp", "tpep", "epn", "epx")
 
@@ -71,7 +69,7 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
     ones hold; ``count`` (block runs per step) only feeds the report's calls per step."""
     out = dict.fromkeys(("tp_blocking", "tp_dgrad", "cp_total", "cp_blocking", "ep_total", "ep_shared"), 0.0)
     out["dgrad_sms"] = out["cp_sms"] = out["ep_sms"] = 0
-    out["tp_paired"] = []  # (seconds, overlap spec) of the blocking TP collectives tp_comm_overlap can pipeline
+    out["tp_paired"] = []  # (seconds, op, GEMM names) of the blocking TP collectives tp_comm_overlap can pipeline
     for r in opset.comms:
         if r.phase != phase:
             continue
@@ -92,26 +90,25 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
         else:
             out["tp_blocking"] += dt
             if r.overlap.startswith("gemm"):
-                out["tp_paired"].append((dt, r.overlap))
+                out["tp_paired"].append((dt, r.op, r.overlap.split(":", 1)[1].split("+")))
     return out
 
 
-def tp_overlapped_s(gemm_s: float, comm_s: float, chunks: int, sm_count: int) -> float:
+def tp_overlapped_s(gemm_s: float, comm_s: float, pieces: int, comm_sms: int, sm_count: int) -> float:
     """Wall seconds of a GEMM of ``gemm_s`` seconds and the tensor-parallel collective of ``comm_s`` seconds
-    pipelined with it (``tp_comm_overlap``).
+    pipelined with it (``tp_comm_overlap``; how each collective runs: :data:`flowsim.model.ops.TP_OVERLAP_SMS`).
 
-    Transformer Engine userbuffers (``ring_exchange`` / ``pipeline`` overlap) and PyTorch's async TP
-    (torch/distributed/_symmetric_memory/__init__.py ``fused_all_gather_matmul``,
-    ``fused_matmul_reduce_scatter``) split the GEMM into ``chunks`` pieces, one per TP rank, and move one shard
-    while the GEMM of another runs. The first piece (the local shard's, for a gather; the first partial product,
-    for a reduce-scatter, whose local piece runs last to hide the last transfer) has no transfer beside it, so
-    its ``gemm_s / chunks`` seconds hide nothing; the rest of the GEMM runs beside the transfers, slowed by the
-    SMs they hold (:data:`TP_OVERLAP_SMS`, :func:`flowsim.step.overlap.overlapped_s`): ``gemm_s / chunks +
-    overlapped_s(gemm_s (chunks - 1) / chunks, comm_s)``. A collective longer than the rest of its GEMM is
-    exposed by the difference.
+    Transformer Engine userbuffers and PyTorch's async TP split the GEMM into ``pieces`` (the workload prices them
+    as that many smaller GEMMs, :func:`flowsim.model.ops.split_pipelined_gemms`) and move one shard while the GEMM
+    of another runs. The first piece (the local shard's, for a gather; the first partial product, for a
+    reduce-scatter, whose local piece runs last to hide the last transfer) has no transfer beside it, so its
+    ``gemm_s / pieces`` seconds hide nothing; the rest of the GEMM runs beside the transfers, slowed by the
+    ``comm_sms`` SMs they hold (:func:`flowsim.step.overlap.overlapped_s`): ``gemm_s / pieces +
+    overlapped_s(gemm_s (pieces - 1) / pieces, comm_s)``. ``pieces`` 1 is a bulk overlap (the collective beside
+    the whole GEMM). A collective longer than the GEMM beside it is exposed by the difference.
     """
-    first = gemm_s / chunks
-    return first + overlapped_s(gemm_s - first, comm_s, TP_OVERLAP_SMS, sm_count)
+    first = gemm_s / pieces if pieces > 1 else 0.0
+    return first + overlapped_s(gemm_s - first, comm_s, comm_sms, sm_count)
 
 
 def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int) -> dict:
@@ -126,9 +123,10 @@ def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overl
         out[f"compute_{ph}"], out[f"wgrad_{ph}"] = c["all"], c["wgrad"]
         tp = m["tp_blocking"] + overlapped_s(c["dgrad"], m["tp_dgrad"], m["dgrad_sms"], sm) - c["dgrad"]
         if tp_comm_overlap:  # each sequence-parallel collective pipelined with the GEMM it feeds or drains
-            for dt, spec in m["tp_paired"]:
-                g = sum(c["by_gemm"].get(n, 0.0) for n in spec.split(":", 1)[1].split("+"))
-                tp += tp_overlapped_s(g, dt, tp_size, sm) - g - dt
+            for dt, op, names in m["tp_paired"]:
+                g = sum(c["by_gemm"].get(n, 0.0) for n in names)
+                method = tp_overlap_method(op, names)
+                tp += tp_overlapped_s(g, dt, tp_overlap_pieces(method, tp_size), TP_OVERLAP_SMS[method], sm) - g - dt
         out[f"tp_{ph}"] = tp
         out[f"cp_{ph}"] = m["cp_blocking"] + overlapped_s(c["attn"], m["cp_total"], m["cp_sms"], sm) - c["attn"]
         out[f"ep_{ph}"] = m["ep_total"] + overlapped_s(c["shared"], m["ep_shared"], m["ep_sms"], sm) - c["shared"]
