@@ -6,9 +6,9 @@ markdown tables of docs/PERFORMANCE.md ("Flow engine by symmetry") with the mach
 Each case runs in its own process (so its peak memory is the process's max RSS): one ``flowsim.simulate`` to
 build the topology and load the compiled kernels, then ``N`` re-runs of every collective (the step engine's
 flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of the reference: the same code
-with the explicit simulation (``netsim.simulate(symmetry=False)``) and the prepared-collective cache cleared
-before each run, i.e. the flow engine before issue 22. Figures are min / median seconds over the repeats and
-the ratio of the medians, measured in one process back to back, so a loaded machine inflates both sides
+with the explicit simulation (``netsim.simulate(symmetry=False)``) on one thread (``netsim.THREADS = 1``) and
+the prepared-collective cache cleared before each run, i.e. the flow engine before issue 22. Figures are min /
+median seconds over the repeats and the ratio of the medians, measured in one process back to back, so a loaded machine inflates both sides
 alike. ``flowsim.config.bounds.MAX_GPUS_FLOW`` (16,384) is lifted for the 65,536-GPU case. Cases above
 ``--reference-max-gpus`` GPUs (default 16,384) run without the reference (its cost there is
 minutes). The step times of both paths are printed; they agree to the event loop's tolerance
@@ -44,6 +44,9 @@ TABLES = (("Headline cases", HEADLINE), ("Cost vs GPUs (GPT-3 175B, TP8 PP8)", G
           ("Cost vs pipeline depth (GPT-3 175B, 1,024 H100, TP8)", PP))
 
 
+THREADS = None  # netsim.THREADS of this process, set by _one
+
+
 def _rerun(cfg, reference: bool) -> tuple:
     """Seconds of one re-run of every collective of ``cfg``, and its step time."""
     import flowsim
@@ -56,6 +59,7 @@ def _rerun(cfg, reference: bool) -> tuple:
         collective_flows._PREPARED.clear()
         step_flows._stage_groups_array.cache_clear()
     collective_flows.simulate = functools.partial(netsim.simulate, symmetry=not reference)
+    netsim.THREADS = 1 if reference else THREADS
     t0 = time.perf_counter()
     r = flowsim.simulate(cfg)
     return time.perf_counter() - t0, r.step_time_s
@@ -63,9 +67,12 @@ def _rerun(cfg, reference: bool) -> tuple:
 
 def _one(name: str, repeat: int, reference: bool) -> dict:
     """Measure one case in this process (see the module docstring)."""
+    global THREADS
     import flowsim
     from flowsim.config import bounds
+    from flowsim.network import netsim
 
+    THREADS = netsim.THREADS
     kw = {**HEADLINE, **GPUS, **PP}[name]
     bounds.MAX_GPUS_FLOW = max(bounds.MAX_GPUS_FLOW, kw["gpus"])  # the 65,536-GPU case is past the CLI's bound
     cfg = flowsim.build_config(**kw, comm_engine="flow")

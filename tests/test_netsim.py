@@ -123,6 +123,34 @@ def test_matches_brute_force_event_simulation(inst):
     assert np.all(res.link_busy_s >= busy_bound * (1 - 1e-9))
 
 
+@settings(max_examples=80, deadline=None)
+@given(transfer_sets(), transfer_sets())
+def test_components_in_parallel_threads_match_brute_force(a, b):
+    """Two independent transfer sets (disjoint links) and a random one simulated together, with every
+    simulation split into components over two threads (netsim.THREADS, PARALLEL_MIN_TRANSFERS forced)."""
+    import flowsim.network.netsim as netsim
+
+    off = len(a[0])
+    cap = a[0] + b[0]
+    paths = a[1] + [[l + off for l in p] for p in b[1]]
+    deps = a[4] + [[d + len(a[1]) for d in ds] for ds in b[4]]
+    size, release, latency = (a[i] + b[i] for i in (2, 3, 5))
+    ptr = np.r_[0, np.cumsum([len(p) for p in paths])]
+    links = np.array([l for p in paths for l in p], dtype=np.int64)
+    dptr = np.r_[0, np.cumsum([len(d) for d in deps])]
+    didx = np.array([d for ds in deps for d in ds], dtype=np.int64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(netsim, "THREADS", 2)
+        mp.setattr(netsim, "PARALLEL_MIN_TRANSFERS", 0)
+        res = simulate(cap, ptr, links, size, release_s=release, dep_ptr=dptr, dep_idx=didx, latency_s=latency,
+                       symmetry=False)
+    start, finish = reference_simulate(cap, paths, size, release, deps, latency)
+    np.testing.assert_allclose(res.start_s, start, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(res.finish_s, finish, rtol=1e-9, atol=1e-12)
+    busy_bound = res.link_bytes / np.array(cap)
+    assert np.all(res.link_busy_s >= busy_bound * (1 - 1e-9))
+
+
 def test_result_views():
     res = simulate([10.0], [0, 1], [0], [10.0])
     d = res.to_dict()

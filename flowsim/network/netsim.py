@@ -17,6 +17,8 @@ Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A1
   transfers connected to a change through links are revisited, so independent components (rails, groups)
   are not re-solved;
 * remaining bytes are advanced lazily, only for transfers whose rate changes;
+* independent components (rail planes, groups that share no link) are simulated in parallel threads
+  (:mod:`flowsim.network.components`);
 * by symmetry (:mod:`flowsim.network.symmetry`), one transfer per class of interchangeable transfers (the
   coarsest equitable partition: e.g. the data-parallel rings of the eight rails, the ranks of an all-to-all
   behind one leaf) is simulated with the class size as its max-min weight, its times copied to the others.
@@ -25,12 +27,16 @@ A transfer with 0 bytes or an empty path (source = destination) drains instantly
 """
 from __future__ import annotations
 
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
 from flowsim.errors import ConfigError
+from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
 from flowsim.network.maxmin_kernels import _arrival_bound, _link_csr, _resolve, _resolve_local
 from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update
@@ -42,6 +48,14 @@ LOCAL_MAX_FRACTION = 0.25
 """The local re-solve gives up (for the level restart) once it re-fills more than this fraction of the
 draining transfers: beyond that a restart costs about the same. A cost cap only (both methods are exact),
 set by hand from benchmarks/bench_network.py."""
+
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+"""Threads that simulate independent components at once (the CPUs this process may run on)."""
+
+PARALLEL_MIN_TRANSFERS = 2048
+"""Simulations with fewer transfers run on one thread: below this, splitting them into components and starting
+the threads costs about as much as it saves. A cost cap only (the results are the same), set by hand from
+benchmarks/bench_flow_scaling.py."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +156,7 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
     return n_arr
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
               max_rounds, rtol):
     """The event loop (see the module docstring).
@@ -301,6 +315,34 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
     return start_s, finish_s, link_busy_s, n_solves
 
 
+@functools.lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(THREADS, thread_name_prefix="flowsim-netsim")
+
+
+def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights, rtol) -> tuple:
+    """:func:`_simulate`, with the independent components (:mod:`flowsim.network.components`) dealt into
+    :data:`THREADS` bins simulated in parallel threads when there are :data:`PARALLEL_MIN_TRANSFERS` transfers
+    or more; the same outputs."""
+    n = size.shape[0]
+    parts = (split(THREADS, capacity_Bps.size, route_ptr, route_links, dep_ptr, dep_idx)
+             if THREADS > 1 and n >= PARALLEL_MIN_TRANSFERS else [])
+    if not parts:
+        return _simulate(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
+                         LOCAL_MAX_ROUNDS, rtol)
+
+    def one(part):
+        ids, links, ptr, hops, dptr, deps = part
+        return _simulate(capacity_Bps[links], ptr, hops, size[ids], release[ids], dptr, deps, latency[ids],
+                         weights[ids], LOCAL_MAX_ROUNDS, rtol)
+
+    start, finish, busy, n_solves = np.empty(n), np.empty(n), np.zeros(capacity_Bps.size), 0
+    for (ids, links, *_), (s, f, b, k) in zip(parts, _pool().map(one, parts)):
+        start[ids], finish[ids], busy[links] = s, f, b
+        n_solves += k
+    return start, finish, busy, n_solves
+
+
 def _floats(name: str, a, n: int, default: float, lower: float) -> np.ndarray:
     if a is None:
         return np.full(n, default)
@@ -320,8 +362,8 @@ def _simulate_quotient(q: Quotient, capacity_Bps, size, release, latency, rtol: 
     """:func:`_simulate` of one transfer per class of interchangeable ones, weighted by the class size, its times
     copied to the class's transfers and each link class's busy time to its links."""
     t = q.transfers
-    start, finish, busy, n_solves = _simulate(q.capacity_Bps, q.route_ptr, q.route_links, size[t], release[t],
-                                              q.dep_ptr, q.dep_idx, latency[t], q.weights, LOCAL_MAX_ROUNDS, rtol)
+    start, finish, busy, n_solves = _run(q.capacity_Bps, q.route_ptr, q.route_links, size[t], release[t], q.dep_ptr,
+                                         q.dep_idx, latency[t], q.weights, rtol)
     link_busy_s = np.zeros(capacity_Bps.size)
     used = q.link_of >= 0
     link_busy_s[used] = busy[q.link_of[used]]
@@ -394,8 +436,8 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
         raise ConfigError("dep_idx", f"transfer ids must be in [0, {n})", f"{int(dep_idx[i])} at entry {i}")
     q = quotient(capacity_Bps, route_ptr, route_links, size, release, latency, dep_ptr, dep_idx) if symmetry else None
     if q is None:
-        start, finish, busy, n_solves = _simulate(capacity_Bps, route_ptr, route_links, size, release, dep_ptr,
-                                                  dep_idx, latency, np.ones(n), LOCAL_MAX_ROUNDS, float(rtol))
+        start, finish, busy, n_solves = _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx,
+                                             latency, np.ones(n), float(rtol))
     else:
         start, finish, busy, n_solves = _simulate_quotient(q, capacity_Bps, size, release, latency, float(rtol))
     stuck = np.isnan(finish)
