@@ -15,6 +15,17 @@ Rules, vectorised over all flows at once (numpy, no per-flow Python):
 The ECMP hash is splitmix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
 OOPSLA 2014) of ``(src * 2**42) ^ (dst * 2**21) ^ flow_id``; different bit ranges of the hash pick the NIC,
 the spine and the core.
+
+The hash covers global GPU ids, not ids relative to the rail. Switches hash header fields (hash-threshold
+ECMP, RFC 2992): for RoCEv2 the source and destination IP addresses and the UDP source port that the NIC sets
+per queue pair for entropy (IBTA, RoCEv2, Annex A17 to the InfiniBand Architecture Specification, 2014). On a
+rail-optimised fabric every NIC has its own address, so corresponding flows of two rails hash independently:
+each rail draws its own collisions, and a collective waits for the rail that drew the worst. InfiniBand's
+static fat-tree routing (OpenSM's ftree, d-mod-k over destination LIDs that the subnet manager hands out per
+port) is not rail-relative either. A rail-relative hash would make the rails exact copies, cheaper to simulate
+(:mod:`flowsim.network.symmetry` would merge them), but would replace the worst of the rails' draws by one
+draw; so each rail keeps its own paths and its own results wherever they differ, and rails merge only where
+they are exact copies (traffic that stays under one leaf, or ``ecmp='ideal'``).
 """
 from __future__ import annotations
 
