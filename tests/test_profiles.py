@@ -109,16 +109,20 @@ def test_pipeline_profiles_name_known_releases_and_cite_their_sources():
         cfg = flowsim.build_config(BASE, framework=r["framework"], framework_version=r["framework_version"])
         assert cfg.training.pipeline_engine == r["pipeline_engine"]  # every value is one the config accepts
     old = flowsim.build_config(BASE, framework="megatron-lm", framework_version="megatron-lm-2021-04").training
-    assert old.p2p_sync and old.pipeline_engine == "megatron"
+    assert old.p2p_sync == "on" and old.syncs_p2p and old.pipeline_engine == "megatron"
     bloom = flowsim.build_config(BASE, framework="megatron-deepspeed").training
-    assert not bloom.p2p_sync and bloom.pipeline_engine == "deepspeed-0.6"
+    assert not bloom.syncs_p2p and bloom.pipeline_engine == "deepspeed-0.6"
+    # Megatron-Bridge batches (and so synchronizes) the pipeline transfers only without virtual pipelining
+    bridge = dict(BASE, framework="megatron-bridge", framework_version="megatron-bridge-25.11")
+    assert flowsim.build_config(bridge).training.syncs_p2p
+    assert not flowsim.build_config(bridge, gbs=64, vpp=2).training.syncs_p2p
     assert flowsim.build_config(BASE, framework="megatron-deepspeed", pipeline_engine="megatron").training \
         .pipeline_engine == "megatron"  # an explicit key wins
 
 
 @pytest.mark.parametrize("bad, message", [
     ({"pipeline_engine": "pipedream"}, "pipeline_engine: must be one of megatron, deepspeed, deepspeed-0.6"),
-    ({"p2p_sync": 2}, "p2p_sync"),
+    ({"p2p_sync": "sometimes"}, "p2p_sync: must be one of off, on, batched"),
 ])
 def test_bad_pipeline_settings_name_the_key(bad, message):
     with pytest.raises(ConfigError, match=message):

@@ -19,7 +19,7 @@ Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the l
 * ``fsdp_version`` (1: flat-buffer FSDP / ZeRO-3, 2: FSDP2 per-parameter sharding);
 * ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``);
 * ``cross_entropy_impl`` (``fused``, ``megatron``, ``fp32_upcast``: :mod:`flowsim.model.loss`);
-* ``p2p_sync`` (0/1): the CPU waits for the GPU at every pipeline send and receive;
+* ``p2p_sync`` (``off``, ``on``, ``batched``): the CPU waits for the GPU at every pipeline send and receive;
 * ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ PROFILE_KEYS = {
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 
 PIPELINE_KEYS = {
-    "p2p_sync": ("training", "p2p_sync", lambda v: bool(int(v))),
+    "p2p_sync": ("training", "p2p_sync", str),
     "pipeline_engine": ("training", "pipeline_engine", str),
 }
 """Columns of ``data/pipeline_profiles.csv`` (how a release runs its pipeline, one row per release of

@@ -41,6 +41,8 @@ FP8_RECIPES = ("delayed", "tensorwise", "rowwise", "blockwise", "mxfp8")
 PIPELINE_ENGINES = ("megatron", "deepspeed", "deepspeed-0.6")
 CROSS_ENTROPY_IMPLS = ("fused", "megatron", "fp32_upcast")
 """Cross-entropy implementations (:mod:`flowsim.model.loss`)."""
+P2P_SYNC_MODES = ("off", "on", "batched")
+"""When the CPU waits at pipeline transfers (``TrainingConfig.p2p_sync``)."""
 """What runs the pipeline schedule (:mod:`flowsim.step.schedule`): Megatron's schedules, DeepSpeed's
 ``PipelineEngine`` as of 0.18 and as of 0.6 (its steps send and receive in the other order)."""
 
@@ -204,9 +206,12 @@ class TrainingConfig:
     host_overhead : str
         CPU cost of issuing kernels (:mod:`flowsim.model.host_costs`, priced on the cluster's ``cpu``):
         ``none`` (default: the GPU never waits for the CPU), ``eager``, ``megatron``, ``te`` or ``compiled``.
-    p2p_sync : bool
-        The CPU waits for the GPU at every pipeline send and receive (Megatron-LM's ``torch.cuda.synchronize()``
-        after ``batch_isend_irecv``): each pass then starts its issue from an idle CPU. Default False.
+    p2p_sync : str
+        Whether the CPU waits for the GPU at every pipeline send and receive (megatron-core's
+        ``torch.cuda.synchronize()`` after ``batch_isend_irecv`` with ``batch_p2p_sync``), each pass then starting
+        its issue from an idle CPU: ``off`` (default), ``on``, or ``batched``: when the transfers are batched,
+        which NeMo 2 and Megatron-Bridge do exactly without virtual pipelining (``vpp`` 1; with ``vpp > 1`` they
+        overlap them unbatched).
     pipeline_engine : str
         What runs the pipeline schedule: ``megatron`` (default: sends run beside the compute), ``deepspeed`` or
         ``deepspeed-0.6`` (DeepSpeed's ``PipelineEngine``: a stage's stream waits for each send of its output;
@@ -264,7 +269,7 @@ class TrainingConfig:
     fp8_recipe: str = "delayed"
     cuda_graphs: str = "none"
     host_overhead: str = "none"
-    p2p_sync: bool = False
+    p2p_sync: str = "off"
     pipeline_engine: str = "megatron"
     cross_entropy_impl: str = ""
     software_release: str = ""
@@ -305,6 +310,11 @@ class TrainingConfig:
         if self.pipeline_schedule != "auto":
             return self.pipeline_schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
+
+    @property
+    def syncs_p2p(self) -> bool:
+        """The CPU waits for the GPU at every pipeline transfer (``p2p_sync``)."""
+        return self.p2p_sync == "on" or (self.p2p_sync == "batched" and self.vpp == 1)
 
     @property
     def linear_dtype(self) -> str:
@@ -416,6 +426,8 @@ class TrainingConfig:
             raise ConfigError("host_overhead", f"must be one of {', '.join(HOST_MODES)}", self.host_overhead)
         if self.pipeline_engine not in PIPELINE_ENGINES:
             raise ConfigError("pipeline_engine", f"must be one of {', '.join(PIPELINE_ENGINES)}", self.pipeline_engine)
+        if self.p2p_sync not in P2P_SYNC_MODES:
+            raise ConfigError("p2p_sync", f"must be one of {', '.join(P2P_SYNC_MODES)}", self.p2p_sync)
         if self.cross_entropy_impl and self.cross_entropy_impl not in CROSS_ENTROPY_IMPLS:
             raise ConfigError("cross_entropy_impl", f"must be one of {', '.join(CROSS_ENTROPY_IMPLS)} (or empty)",
                               self.cross_entropy_impl)

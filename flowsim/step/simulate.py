@@ -139,7 +139,7 @@ def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, t_ops: np.ndarray,
     program = PipelineProgram(schedule=t.schedule, microbatches=m, fwd_s=fwd_s, bwd_s=bwd_s, p2p_s=p2p,
                               wgrad_s=wgrad_s, hidden=hidden, paired=t.paired_1f1b,
                               host=_pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last),
-                              p2p_sync=t.p2p_sync, engine=t.pipeline_engine)
+                              p2p_sync=t.syncs_p2p, engine=t.pipeline_engine)
     return _Passes(program, kinds, emb, head, fsdp_f, fsdp_b, first_gather, runs, first, last)
 
 
