@@ -148,3 +148,18 @@ def test_expert_tensor_parallel_layout_rules(kw, message):
     with pytest.raises(ConfigError) as e:
         build_config(**{**MIX, "gbs": 16, **kw})
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (dict(recompute="full"), "does not run with full recompute"),
+    (dict(moe_shared_expert_overlap=True), "replaces moe_shared_expert_overlap"),
+    (dict(mtp_num_layers=2), "supports at most one multi-token prediction layer"),
+])
+def test_ep_overlap_rules_of_megatron_core(extra, message):
+    """megatron-core 0.15.0 TransformerConfig refuses these beside overlap_moe_expert_parallel_comm."""
+    kw = dict(model="deepseek-v3", cluster="hgx-h800", gpus=64, ep=16, pp=2, vpp=2, gbs=64,
+              pipeline_layer_split="balanced", overlap_moe_expert_parallel_comm=True)
+    build_config(**kw, mtp_num_layers=1)  # one MTP layer is accepted
+    with pytest.raises(ConfigError) as e:
+        build_config(**kw, **extra)
+    assert str(e.value).startswith("overlap_moe_expert_parallel_comm: " + message)

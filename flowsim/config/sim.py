@@ -148,11 +148,22 @@ class SimConfig:
             if t.schedule not in ("dualpipe", "interleaved") and t.pp > 1:
                 raise ConfigError("overlap_moe_expert_parallel_comm", "with pipeline parallelism needs the "
                                   "interleaved (virtual_pipeline_model_parallel_size > 1) or dualpipe schedule "
-                                  "(merging plain 1F1B's passes would hold back the sends between stages)",
+                                  "(Megatron-core asserts a virtual pipeline size with pp > 1: merging plain "
+                                  "1F1B's passes would hold back the sends between stages)",
                                   f"pp={t.pp}, {t.schedule}")
             if t.moe_token_dispatcher_type == "allgather":
                 raise ConfigError("overlap_moe_expert_parallel_comm", "needs moe_token_dispatcher_type alltoall "
                                   "or flex", t.moe_token_dispatcher_type)
+            if t.schedule != "dualpipe":  # Megatron-LM's combined 1F1B: megatron-core 0.15.0 TransformerConfig asserts
+                if t.recompute_granularity == "full":
+                    raise ConfigError("overlap_moe_expert_parallel_comm", "does not run with full recompute "
+                                      "(Megatron-core refuses it)", "recompute_granularity=full")
+                if t.moe_shared_expert_overlap:
+                    raise ConfigError("overlap_moe_expert_parallel_comm", "replaces moe_shared_expert_overlap; "
+                                      "disable that (Megatron-core refuses both)", "moe_shared_expert_overlap=true")
+                if m.mtp_num_layers > 1:
+                    raise ConfigError("overlap_moe_expert_parallel_comm", "supports at most one multi-token "
+                                      "prediction layer (Megatron-core)", f"mtp_num_layers={m.mtp_num_layers}")
         if t.schedule == "interleaved" and self.num_microbatches % t.pp:
             raise ConfigError("global_batch_size", "interleaved schedule needs the number of micro-batches to be "
                               "a multiple of pipeline_model_parallel_size",

@@ -7,13 +7,15 @@ its ``E / ep`` local experts as one grouped GEMM per projection, and the outputs
 the backward pass mirrors.
 
 A grouped GEMM is one GEMM launch per local expert, each tiled and wave-quantised on its own: Megatron-core's
-``TEGroupedMLP`` runs Transformer Engine's ``GroupedLinear``, whose ``general_grouped_gemm`` has only the
-multi-stream cuBLAS backend (one cuBLAS GEMM per expert, spread over TE's compute streams; TE 2.8
-``csrc/extensions/gemm.cpp`` ``te_general_grouped_gemm``: "For now, we only have multi-stream cublas backend").
-Few tokens per expert thus give each launch few output tiles and a poorly filled last wave, and every expert
-pays its own launch latency and host issue time. Launches of different streams running side by side (which
-can fill part of a launch's last wave with the next one's tiles) are not modelled: an upper bound of at
-most one wave per launch. Every expert receives ``tokens * topk / E`` of each rank's tokens on average; the
+``TEGroupedMLP`` (megatron-core 0.15.0 ``transformer/moe/experts.py``) runs Transformer Engine's
+``GroupedLinear``, whose ``general_grouped_gemm`` has only the multi-stream cuBLAS backend (one cuBLAS GEMM per
+expert, spread over TE's compute streams; TE 2.8 ``csrc/extensions/gemm.cpp`` ``te_general_grouped_gemm``: "For
+now, we only have multi-stream cublas backend"). Few tokens per expert thus give each launch few output tiles
+and a poorly filled last wave, and every expert pays its own launch latency and host issue time. Launches of
+different streams running side by side (which can fill part of a launch's last wave with the next one's tiles)
+are not modelled: an upper bound of at most one wave per launch.
+
+Every expert receives ``tokens * topk / E`` of each rank's tokens on average; the
 busiest expert-parallel rank, which sets the pace, gets :func:`imbalance_factor` times that; a capacity factor
 caps these counts, and padding to capacity fixes them (:func:`expert_tokens`).
 
