@@ -197,3 +197,21 @@ def test_cli_engine_flow(shared_data):
     r = CliRunner().invoke(main, ["collective", "--op", "allreduce", "--cluster", "dgx-h100", "--sizes", "1M",
                                   "--algo", "nvlstree", "--engine", "flow"])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "algo:" in r.output
+
+
+def test_plans_of_one_structure_share_their_routes():
+    """Two sizes whose plans have the same transfers (endpoints, channels) reuse one routing; the times are
+    those of routing afresh."""
+    from flowsim.network import collective_flows as cf
+
+    cluster, gpu = ClusterConfig(gpu="h100-sxm", num_gpus=32, name="dgx-h100"), get_gpu("h100-sxm")
+    groups = np.array([list(range(32))])
+    a = cf._prepare(cluster, gpu, "allreduce", 2.0**10, groups, "tree", "ll", True, 8192)
+    b = cf._prepare(cluster, gpu, "allreduce", 2.0**11, groups, "tree", "ll", True, 8192)
+    assert np.array_equal(a.plan.src, b.plan.src) and a.plan.payload_bytes[0] != b.plan.payload_bytes[0]
+    assert b.links is a.links and b.ptr is a.ptr  # one routing
+    shared = run_collective(cluster, gpu, "allreduce", 2.0**11, list(range(32)), algo="tree", proto="ll").time_s
+    cf._ROUTES.clear()
+    cf._PREPARED.clear()
+    assert run_collective(cluster, gpu, "allreduce", 2.0**11, list(range(32)), algo="tree", proto="ll").time_s \
+        == shared

@@ -31,6 +31,7 @@ Comparing the flow engine with nccl-tests logs is :mod:`flowsim.validation.nccl_
 """
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -295,6 +296,14 @@ class _PreparedCache:
 
 _PREPARED = _PreparedCache(PREPARED_CACHE_BYTES)
 
+ROUTES_CACHE_BYTES = 128 * 2**20
+"""Bytes of routed plans (paths of every transfer of one plan structure on one set of groups) kept per process,
+least recently used dropped first. A cost cap only: plans of one collective at different sizes often share their
+transfers' endpoints and channels (every size below a chunk per channel; every streamed size), and routing them
+again is most of the preparation of a large plan (20 NVL72 racks: 184,192 tree transfers)."""
+
+_ROUTES = _PreparedCache(ROUTES_CACHE_BYTES)
+
 
 def _prepare(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray, algo, proto,
              pxn: bool, max_transfers: int, nccl_version: str = DEFAULT_NCCL_VERSION, collnet: bool = False):
@@ -321,11 +330,28 @@ def _plan_and_route(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: f
         return FlowCollectiveResult(op, est.algo, est.proto, est.size_bytes, 1, 0.0, est.algbw_Bps, est.busbw_Bps,
                                     (0.0,) * groups.shape[0], 0, ())
     ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
-    ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn if op in P2P_OPS else ring_pxn)
-    arrays = (groups, ptr, links, np.tile(plan.kernel_Bps, groups.shape[0]), np.unique(links[links < topo.n_links]))
-    for a in arrays:
+    ptr, links, net_links = _routed(cluster, gpu, topo, plan, groups, pxn if op in P2P_OPS else ring_pxn)
+    kernel = np.tile(plan.kernel_Bps, groups.shape[0])
+    for a in (groups, kernel):
         a.flags.writeable = False
-    return _Prepared(est, plan, *arrays)
+    return _Prepared(est, plan, groups, ptr, links, kernel, net_links)
+
+
+def _routed(cluster: ClusterConfig, gpu: GPUSpec, topo: Topology, plan: Plan, groups: np.ndarray, pxn: bool):
+    """``_paths`` of a plan on the groups and the topology links they use, read-only; cached in ``_ROUTES`` by
+    what the paths depend on (the transfers' endpoints and channels, not their bytes)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for a in (plan.src, plan.dst, plan.channel, groups):
+        digest.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    key = (cluster, gpu, groups.shape, plan.src.size, pxn, digest.digest())
+    hit = _ROUTES.get(key)
+    if hit is None:
+        ptr, links = _paths(topo, plan, groups, topo.n_links, pxn=pxn)
+        hit = (ptr, links, np.unique(links[links < topo.n_links]))
+        for a in hit:
+            a.flags.writeable = False
+        _ROUTES.put(key, hit, sum(a.nbytes for a in hit))
+    return hit
 
 
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
