@@ -19,6 +19,7 @@ Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the l
 * ``fsdp_version`` (1: flat-buffer FSDP / ZeRO-3, 2: FSDP2 per-parameter sharding);
 * ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``);
 * ``cross_entropy_impl`` (``fused``, ``megatron``, ``fp32_upcast``: :mod:`flowsim.model.loss`);
+* ``optimizer_impl`` (``fused``, ``foreach``, ``for_loop``: :mod:`flowsim.step.optimizer`);
 * ``p2p_sync`` (``off``, ``on``, ``batched``): the CPU waits for the GPU at every pipeline send and receive;
 * ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
@@ -49,6 +50,7 @@ PROFILE_KEYS = {
     "fsdp_version": ("training", "fsdp_version", int),
     "fp8_recipe": ("training", "fp8_recipe", str),
     "cross_entropy_impl": ("training", "cross_entropy_impl", str),
+    "optimizer_impl": ("training", "optimizer_impl", str),
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 

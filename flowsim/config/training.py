@@ -42,6 +42,8 @@ PIPELINE_ENGINES = ("megatron", "deepspeed", "deepspeed-0.6")
 CROSS_ENTROPY_IMPLS = ("fused", "megatron", "fp32_upcast")
 """Cross-entropy implementations (:mod:`flowsim.model.loss`)."""
 P2P_SYNC_MODES = ("off", "on", "batched")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+"""Optimizer step implementations (:mod:`flowsim.step.optimizer`)."""
 """When the CPU waits at pipeline transfers (``TrainingConfig.p2p_sync``)."""
 """What runs the pipeline schedule (:mod:`flowsim.step.schedule`): Megatron's schedules, DeepSpeed's
 ``PipelineEngine`` as of 0.18 and as of 0.6 (its steps send and receive in the other order)."""
@@ -221,6 +223,10 @@ class TrainingConfig:
         (Megatron-LM's vocab-parallel cross-entropy on fp32 logits, separate PyTorch ops) or ``fp32_upcast``
         (``F.cross_entropy`` on ``logits.float()``); empty (default): ``fused`` with fused kernels, else
         ``fp32_upcast``.
+    optimizer_impl : str
+        The optimizer step's kernels (:mod:`flowsim.step.optimizer`): ``fused`` (multi-tensor FusedAdam),
+        ``foreach`` (PyTorch's ``_foreach`` ops, a pass over memory each) or ``for_loop`` (one parameter tensor
+        at a time); empty (default): ``fused``.
     """
 
     tensor_model_parallel_size: int = 1
@@ -272,6 +278,7 @@ class TrainingConfig:
     p2p_sync: str = "off"
     pipeline_engine: str = "megatron"
     cross_entropy_impl: str = ""
+    optimizer_impl: str = ""
     software_release: str = ""
     calibration: str = "default"
 
@@ -428,6 +435,9 @@ class TrainingConfig:
             raise ConfigError("pipeline_engine", f"must be one of {', '.join(PIPELINE_ENGINES)}", self.pipeline_engine)
         if self.p2p_sync not in P2P_SYNC_MODES:
             raise ConfigError("p2p_sync", f"must be one of {', '.join(P2P_SYNC_MODES)}", self.p2p_sync)
+        if self.optimizer_impl and self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise ConfigError("optimizer_impl", f"must be one of {', '.join(OPTIMIZER_IMPLS)} (or empty)",
+                              self.optimizer_impl)
         if self.cross_entropy_impl and self.cross_entropy_impl not in CROSS_ENTROPY_IMPLS:
             raise ConfigError("cross_entropy_impl", f"must be one of {', '.join(CROSS_ENTROPY_IMPLS)} (or empty)",
                               self.cross_entropy_impl)

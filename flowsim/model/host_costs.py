@@ -33,6 +33,11 @@ from flowsim.errors import ConfigError
 from flowsim.units import US
 
 
+ATTENTION_GEMMS = ("attn_scores", "attn_context")
+"""Name prefixes of the unfused attention's batched GEMMs (:func:`flowsim.model.ops.unfused_attention`): plain
+kernels, not linear layers."""
+
+
 class HostCosts(NamedTuple):
     """Per-kernel CPU costs of one mode on one CPU family, seconds."""
 
@@ -78,7 +83,7 @@ def op_host_s(name, kind, phase, count, costs: HostCosts, cuda_graphs: str = "no
     phase = np.asarray(phase)
     kind = np.asarray(kind)
     n = np.asarray(count, dtype=np.float64)
-    linear = (kind == "gemm") & np.array([not str(x).startswith("attn") for x in name], dtype=bool)
+    linear = (kind == "gemm") & np.array([not str(x).startswith(ATTENTION_GEMMS) for x in name], dtype=bool)
     fwd = phase != "bwd"
     per = np.where(fwd, np.where(linear, costs.linear_fwd_s, costs.kernel_fwd_s), costs.kernel_bwd_s)
     if cuda_graphs == "none":

@@ -255,3 +255,13 @@ def pass_host(layers, emb: BlockHost, head: BlockHost, first, last, split: bool)
     parts = [_chain(runs) for runs in (fwd, bwd, wgt)]
     return PassHost(np.stack([np.broadcast_to(h, shape) for h, _ in parts]),
                     np.stack([np.broadcast_to(lag, shape) for _, lag in parts]))
+
+
+def optimizer_end_s(gpu_s, kernels, host_per_kernel_s: float) -> np.ndarray:
+    """End of an optimizer step issued from an idle CPU (after the gradient norm's synchronisation), seconds:
+    ``kernels`` equal kernels sharing ``gpu_s`` GPU seconds, each issued in ``host_per_kernel_s`` (vectorised over
+    stages): ``max(G + h, n h + G / n)``, the GPU's work or the CPU's pace."""
+    n = np.maximum(np.asarray(kernels, dtype=np.float64), 1.0)
+    g = np.asarray(gpu_s, dtype=np.float64) / n
+    h = np.full_like(g, host_per_kernel_s)
+    return repeated_block_end_s(BlockHost(h, g, h + g), n)
