@@ -57,6 +57,10 @@ def _err(**kw) -> str:
     (dict(gpus=8, pp=8, num_layers=64, gbs=2**19),
      "global_batch_size: pipeline_model_parallel_size * virtual_pipeline_model_parallel_size * micro-batches must "
      "be <= 2,097,152 (16x a large real job; the schedule's size) (got 8*1*524288=4,194,304)"),
+    # the 10,000-config fuzz run's one example over 10 s (25 s: 45M default gradient buckets)
+    (dict(model="llama3-70b", num_moe_experts=16288, hidden_size=16288),
+     "model: must have at most 3.52e+13 parameters (~20x the largest published model; keeps the gradient buckets "
+     "bounded) (got 1.83e+15)"),
     (dict(gpus=32768, comm_engine="flow", switch_radix=512, gbs=32768),
      "comm_engine: flow is bounded to 16,384 GPUs (one estimate would take minutes); use analytic (got 32768 GPUs)"),
 ])

@@ -29,6 +29,10 @@ MAX_LORA_RANK = MAX_HIDDEN
 MAX_VOCAB = 2**22
 # Routed experts: at most 384 (Kimi K2) in production; 2**14 leaves room for fine-grained-expert research.
 MAX_EXPERTS = 2**14
+# Parameters of a whole model: the largest published are 1.0-1.6T (Kimi K2 1.04T, Switch-C 1.57T); 2**45
+# (3.5e13) is ~20x. Each sized field can be in range while their product is not: 16,288 experts of hidden
+# 16,288 make 1.8e15 parameters, whose 45M default (40M-parameter) gradient buckets take ~25 s to lay out.
+MAX_PARAMETERS = 2**45
 # Sequence length: the longest published pre-training contexts are 256k-1M tokens (Llama 4 Scout trains
 # at 256k); 2**24 (16.8M) is 16x the longest.
 MAX_SEQ = 2**24

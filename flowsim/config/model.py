@@ -197,6 +197,10 @@ class ModelConfig:
         if self.position_embedding not in POSITIONS:
             raise ConfigError("position_embedding", f"must be one of {', '.join(POSITIONS)}",
                               self.position_embedding)
+        params = self.num_parameters()
+        if params > bounds.MAX_PARAMETERS:
+            raise ConfigError("model", f"must have at most {bounds.MAX_PARAMETERS:.3g} parameters (~20x the largest "
+                              "published model; keeps the gradient buckets bounded)", f"{params:.3g}")
 
     def _validate_sizes(self) -> None:
         """Upper bounds on the sizes (:mod:`flowsim.config.bounds` states each limit's reason)."""
