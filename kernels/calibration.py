@@ -1,9 +1,10 @@
 """Calibration profiles: global efficiency parameters fitted to whole-step runs, and how a job applies them.
 
 Kernel constants come from kernel measurements. What those do not pin down (the sustained GEMM rate of a
-software family on a GPU generation inside a training loop) may be fitted to measured steps by
-``flowsim calibrate`` (:mod:`flowsim.calibrate`), globally per GPU generation and software family, each
-parameter inside a stated physical range. The fit writes a profile file; a job names it with the config key
+software family on a GPU generation inside a training loop; the host CPU time per issued kernel of a software
+family on a host CPU family) may be fitted to measured steps by ``flowsim calibrate`` (:mod:`flowsim.calibrate`),
+globally per GPU generation (or host CPU family) and software family, each parameter inside a stated physical
+range. The fit writes a profile file; a job names it with the config key
 ``calibration`` (a path, or ``default`` for the shipped profile) and the kernel pricing applies it through
 :func:`job_stack`.
 
@@ -15,7 +16,7 @@ Profile file (YAML)::
     errors: {uncalibrated_median_pct: .., in_sample_median_pct: .., loso_median_pct: ..}
     parameters:
       - name: gemm_fraction          # one of PARAMETERS
-        arch: hopper                 # GPU generation (GPUSpec.arch)
+        arch: hopper                 # GPU generation (GPUSpec.arch); host CPU family for host_multiplier
         family: megatron-core-2024   # software family (flowsim.kernels.stack)
         value: 0.91
         range: [0.6, 1.15]           # must be PARAMETERS[name].range
@@ -41,17 +42,22 @@ SCHEMA = "flowsim-calibration-profile/1"
 DEFAULT_PROFILE = Path(__file__).resolve().parent / "data" / "calibration_default.yaml"
 """The shipped profile (config ``calibration: default``), fitted by the command in docs/ACCURACY.md."""
 ARCHS = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
+HOST_CPUS = ("intel", "amd", "arm")
+"""Host CPU families, the values of config ``cluster.cpu`` (``flowsim.config.cluster.CPUS``; kernels sits below
+config, tests/test_calibrate.py checks they agree)."""
 
 
 @dataclass(frozen=True)
 class ParameterSpec:
-    """A calibratable parameter: its physical ``range`` (low, high), unit and where the range comes from."""
+    """A calibratable parameter: its physical ``range`` (low, high), unit, where the range comes from, and the
+    values its profile field ``arch`` takes (``scopes``: GPU generations, or host CPU families)."""
 
     name: str
     range: tuple
     unit: str
     meaning: str
     source: str
+    scopes: tuple = ARCHS
 
 
 PARAMETERS = {
@@ -62,6 +68,14 @@ PARAMETERS = {
         "shared/data/kernel_measurements_additions.md s3), so a sustained rate cannot beat a random-data "
         "benchmark by more; low: 0.6, as far below the benchmark as the worst large-GEMM measurement in the shared "
         "data falls below its datasheet peak (Azure GB200 FP8, random data: 2,907 / 5,000 = 0.58)"),
+    "host_multiplier": ParameterSpec(
+        "host_multiplier", (0.5, 2.5), "dimensionless",
+        "host CPU time per issued kernel over the host-cost table's figure (flowsim/model/data/host_costs.csv), "
+        "per host CPU family x software family",
+        "shared/research/host-overhead.md: low 0.5, a C++-only issue path (raw cuLaunchKernel 1.3-3.3 us, "
+        "tritonbench #1017, against the table's 4 us per op); high 2.5, Transformer Engine modules on Grace "
+        "(TE Linear forward 99.7 us against torch's 37.1 us on GB200, TransformerEngine#2053, 2.7x)",
+        HOST_CPUS),
 }
 """Parameters ``flowsim calibrate`` may fit, by name."""
 
@@ -186,8 +200,8 @@ def _parameter(i: int, p) -> Parameter:
     spec = PARAMETERS.get(p["name"])
     if spec is None:
         raise ConfigError(f"{where}.name", f"unknown parameter; known: {', '.join(PARAMETERS)}", p["name"])
-    if p["arch"] not in ARCHS:
-        raise ConfigError(f"{where}.arch", f"must be one of {', '.join(ARCHS)}", p["arch"])
+    if p["arch"] not in spec.scopes:
+        raise ConfigError(f"{where}.arch", f"must be one of {', '.join(spec.scopes)} for {spec.name}", p["arch"])
     families = set(releases()["family"]) - {"benchmark"}
     if p["family"] not in families:
         raise ConfigError(f"{where}.family", f"must be one of {', '.join(sorted(families))}", p["family"])
@@ -239,3 +253,24 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
         scale = load_profile(calibration).value("gemm_fraction", gpu.arch, release(software_release).family)
     return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale,
                        attention_impl=attention_kernel(software_release, gpu.arch))
+
+
+def host_scale(calibration: str, software_release: str, framework_version: str, cpu: str) -> float:
+    """The profile's ``host_multiplier`` for a job's host CPU family and software family (1 without a profile,
+    a release, or a fitted value): the host model multiplies every per-kernel CPU cost by it
+    (:func:`flowsim.model.host_costs.block_host_s`).
+
+    Parameters
+    ----------
+    calibration : str
+        Config ``calibration`` (a profile path, ``default``, or ``none`` / ``""``).
+    software_release, framework_version : str
+        Config keys naming the job's release (as :func:`job_stack` reads them).
+    cpu : str
+        Host CPU family (config ``cluster.cpu``: intel, amd, arm).
+    """
+    if not software_release and framework_version.strip().lower() in releases().index:
+        software_release = framework_version
+    if not (calibration_on(calibration) and software_release):
+        return 1.0
+    return load_profile(calibration).value("host_multiplier", cpu, release(software_release).family)

@@ -3,7 +3,8 @@
 :func:`fit` (robust least squares on log step time, leave-one-source-out errors, parameters kept only when
 they lower them), :class:`ResponseTable` (tabulated simulations), :func:`calibrate_on` (fit k runs of a
 cluster, predict the rest) and, for runs given as configs, :func:`tabulate`, :func:`calibrate_runs` and
-:func:`profile_of`. Profiles are read and applied by :mod:`flowsim.kernels.calibration`.
+:func:`profile_of`; the host-cost multiplier is a second stage on the runs it informs
+(:mod:`flowsim.calibrate.host`). Profiles are read and applied by :mod:`flowsim.kernels.calibration`.
 """
 from flowsim.calibrate.fit import MIN_ROWS, FitResult, FittedParameter, Observations, fit, median_abs_error_pct
 from flowsim.calibrate.response import ResponseTable, grid

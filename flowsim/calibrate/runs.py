@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from flowsim.calibrate.fit import FitResult, Observations, fit
+from flowsim.calibrate.fit import FitResult, Observations, fit, median_abs_error_pct
 from flowsim.calibrate.response import ResponseTable, grid
 from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
@@ -36,16 +36,18 @@ class Run:
     measured_s: float
 
 
-def parameter_key(cfg: SimConfig) -> str:
-    """``gemm_fraction:<arch>:<family>`` of a config, or ``""`` when its software release is not known.
-
-    The release is ``software_release``, else ``framework_version`` where it is a listed release
-    (:func:`flowsim.kernels.calibration.job_stack`).
-    """
+def job_release(cfg: SimConfig) -> str:
+    """The release a config's kernels run on: ``software_release``, else ``framework_version`` where it is a
+    listed release (:func:`flowsim.kernels.calibration.job_stack`); ``""`` when neither is known."""
     t = cfg.training
-    gpu = get_gpu(cfg.cluster.gpu)
-    rel = job_stack(gpu, t.software_release, 0.0, "", t.framework_version).release
-    return f"{GEMM.name}:{gpu.arch}:{release(rel).family}" if rel else ""
+    return job_stack(get_gpu(cfg.cluster.gpu), t.software_release, 0.0, "", t.framework_version).release
+
+
+def parameter_key(cfg: SimConfig) -> str:
+    """``gemm_fraction:<arch>:<family>`` of a config, or ``""`` when its software release is not known
+    (:func:`job_release`)."""
+    rel = job_release(cfg)
+    return f"{GEMM.name}:{get_gpu(cfg.cluster.gpu).arch}:{release(rel).family}" if rel else ""
 
 
 def _split(key: str) -> tuple[str, str, str]:
@@ -96,12 +98,26 @@ def calibrate_runs(runs: Sequence[Run], table: ResponseTable, keys: Sequence[str
     return fit(obs, table, {k: GEMM.range for k in set(keys) - {""}})
 
 
-def profile_of(result: FitResult, fitted_on: str, command: str) -> Profile:
-    """The calibration profile of a fit: its kept parameters with range, uncertainty, rows and CV error."""
+def profile_of(result: FitResult, fitted_on: str, command: str, host=None) -> Profile:
+    """The calibration profile of a fit: its kept parameters with range, uncertainty, rows and CV error.
+
+    ``host`` (:class:`flowsim.calibrate.host.HostFit`, optional) adds the kept host multipliers; the errors are
+    then those of the runs with both stages (each run's GEMM-stage prediction times its host-stage ratio).
+    """
+    kept = list(result.parameters) + (list(host.result.parameters) if host is not None and host.result else [])
     params = tuple(
         Parameter(*_split(p.key), p.value, PARAMETERS[_split(p.key)[0]].range, p.uncertainty, p.rows,
                   ", ".join(p.sources), p.cv_error_pct)
-        for p in result.parameters)
-    errors = (("uncalibrated_median_pct", result.uncalibrated_pct), ("in_sample_median_pct", result.in_sample_pct),
-              ("loso_median_pct", result.loso_pct))
-    return Profile(params, fitted_on, command, errors)
+        for p in kept)
+    return Profile(params, fitted_on, command, errors_of(result, host))
+
+
+def errors_of(result: FitResult, host=None) -> tuple:
+    """``(name, median |error| %)`` uncalibrated, in-sample and leave-one-source-out, with the host stage's
+    ratios applied to every run when ``host`` is given."""
+    if host is None:
+        return (("uncalibrated_median_pct", result.uncalibrated_pct), ("in_sample_median_pct", result.in_sample_pct),
+                ("loso_median_pct", result.loso_pct))
+    return (("uncalibrated_median_pct", result.uncalibrated_pct),
+            ("in_sample_median_pct", median_abs_error_pct(result.predicted_s * host.ratio_in, host.measured_s)),
+            ("loso_median_pct", median_abs_error_pct(result.loso_predicted_s * host.ratio_loso, host.measured_s)))

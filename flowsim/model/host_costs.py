@@ -30,6 +30,7 @@ import numpy as np
 from flowsim.config.cluster import CPUS as CPU_FAMILIES
 from flowsim.config.training import CUDA_GRAPH_SCOPES, HOST_MODES
 from flowsim.errors import ConfigError
+from flowsim.kernels.calibration import host_scale
 from flowsim.units import US
 
 
@@ -101,11 +102,15 @@ def block_host_s(table, training, cpu: str) -> np.ndarray | None:
     """CPU seconds to issue each row of one block's op table (:class:`flowsim.model.ops.OpSet` ``compute``, or a
     mapping of its ``name``, ``kind``, ``phase`` and ``count`` columns) under ``training.host_overhead`` on a
     ``cpu`` host, each phase of the block one graph replay under ``cuda_graphs: layer``; None with
-    ``host_overhead: none`` (no host model: the GPU never waits for the CPU)."""
+    ``host_overhead: none`` (no host model: the GPU never waits for the CPU). A calibration profile's
+    ``host_multiplier`` for the host CPU and software family scales every cost
+    (:func:`flowsim.kernels.calibration.host_scale`)."""
     if training.host_overhead == "none":
         return None
-    return op_host_s(*(np.asarray(table[k]) for k in ("name", "kind", "phase", "count")),
-                     host_costs(training.host_overhead, cpu), training.cuda_graphs)
+    scale = host_scale(training.calibration, training.software_release, training.framework_version, cpu)
+    costs = HostCosts(*(c * scale for c in host_costs(training.host_overhead, cpu)))
+    return op_host_s(*(np.asarray(table[k]) for k in ("name", "kind", "phase", "count")), costs,
+                     training.cuda_graphs)
 
 
 def graphed_host_s(host_s, graph_id, launch_s: float, per_node_s: float, count=None) -> np.ndarray:
