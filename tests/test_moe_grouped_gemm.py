@@ -1,12 +1,14 @@
 """MoE grouped GEMMs: one GEMM launch per local expert (Transformer Engine's multi-stream cuBLAS backend)."""
+import pandas as pd
 import pytest
 
 import flowsim
 from flowsim.config import build_config
 from flowsim.gpu_specs import get_gpu
-from flowsim.kernels import gemm_time
+from flowsim.kernels import gemm_time, op_times
 from flowsim.kernels.calibration import job_stack
 from flowsim.model.moe import expert_tokens
+from flowsim.model.ops import MAIN_GRAD_ACCUM_BYTES_PER_ELEM, gemm, wgrad_gemm
 from flowsim.model.workload import build_workload
 
 # Mixtral 8x7B (8 experts, top-2, h 4096, expert width 14336) on 8 H100 with EP 2: 4 local experts per GPU
@@ -61,3 +63,26 @@ def test_grouped_gemm_time_in_a_step_is_per_launch():
     stack = job_stack(gpu, t.software_release, cfg.cluster.power_limit_w, t.calibration, t.framework_version)
     assert fc1["count"] == LOCAL
     assert fc1["t"] == pytest.approx(gemm_time(per_expert, 2 * W, H, t.linear_dtype, gpu, stack=stack))
+
+
+def test_expert_weight_gradients_accumulate_into_fp32_main_grads():
+    """Known answer: each expert's wgrad GEMM reads its two inputs and reads and writes the fp32 main gradient
+    (Megatron's gradient accumulation fusion), 8 bytes per weight element."""
+    cfg = build_config(**KW)
+    per_expert = expert_tokens(cfg, 4096)[1]
+    wgrad = _rows(cfg)[("expert_fc1.wgrad", "bwd")]
+    eb = 1 if cfg.training.linear_dtype == "fp8" else 2
+    assert wgrad["bytes"] == eb * (H * per_expert + per_expert * 2 * W) + MAIN_GRAD_ACCUM_BYTES_PER_ELEM * H * 2 * W
+    assert wgrad["count"] == LOCAL
+
+
+@pytest.mark.parametrize("tokens", [16, 256])
+def test_few_tokens_per_expert_make_the_weight_gradient_memory_bound(tokens):
+    """With few tokens per expert the accumulated weight gradient moves more bytes than its FLOPs take: the row
+    is priced by its bytes (at no more than the HBM rate), slower than the same GEMM writing a 16-bit result."""
+    gpu = get_gpu("h100-sxm")
+    rows = [wgrad_gemm("w", 7168, 4096, tokens, "fp8"), gemm("w", 7168, 4096, tokens, "fp8", "bwd")]
+    ops = pd.DataFrame(rows)[["kind", "dtype", "m", "n", "k", "batch", "flops", "bytes"]]
+    accumulated, plain = op_times(ops, gpu)
+    assert accumulated > plain
+    assert accumulated >= rows[0]["bytes"] / gpu.hbm_Bps

@@ -41,7 +41,7 @@ import numpy as np
 from flowsim.config import SimConfig
 from flowsim.config.layout import group_spans
 from flowsim.model.fusion import ACT_BYTES, activation_step
-from flowsim.model.ops import comm, elementwise, gemm, linear, memory, quantize
+from flowsim.model.ops import comm, elementwise, gemm, linear, memory, quantize, wgrad_gemm
 
 ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
 
@@ -275,9 +275,11 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
         grouped("expert_fc1", per_expert, fc1_out, h, ph)
         grouped("expert_fc2", per_expert, h, width, ph)
     grouped("expert_fc1.dgrad", per_expert, h, fc1_out, "bwd")
-    grouped("expert_fc1.wgrad", h, fc1_out, per_expert, "bwd")
     grouped("expert_fc2.dgrad", per_expert, width, h, "bwd")
-    grouped("expert_fc2.wgrad", width, h, per_expert, "bwd")
+    # each expert's weight gradient accumulates into its fp32 main gradient: with few tokens per expert these
+    # GEMMs move more bytes (the expert's weights, 8 bytes each) than their FLOPs take
+    rows.append(wgrad_gemm("expert_fc1.wgrad", h, fc1_out, per_expert, dt, count=local))
+    rows.append(wgrad_gemm("expert_fc2.wgrad", width, h, per_expert, dt, count=local))
     # low-precision recipes quantise the grouped GEMMs' inputs and gradients as for any linear layer
     quantize(rows, "expert_fc1", local * per_expert, fc1_out, h, dt, full)
     quantize(rows, "expert_fc2", local * per_expert, h, width, dt, full)

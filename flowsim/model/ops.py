@@ -29,6 +29,11 @@ FP8_TRANSPOSE_BYTES_PER_ELEM = 2
 # are quantised again along the other dimension from the 16-bit tensors (random Hadamard transform, stochastic
 # rounding), so they cost the same per element instead of an FP8-style transpose.
 FP4_DTYPES = ("nvfp4", "mxfp4")
+# Megatron-core gradient_accumulation_fusion (Transformer Engine ``fuse_wgrad_accumulation``, megatron-core 0.15.0
+# extensions/transformer_engine.py; on by default in Megatron-LM and in Megatron-Bridge's GPTModelProvider,
+# v0.4.1 models/gpt_provider.py:197): the weight-gradient GEMM accumulates into the fp32 main gradient (beta = 1),
+# reading and writing 4 bytes per weight element instead of writing a 16-bit result.
+MAIN_GRAD_ACCUM_BYTES_PER_ELEM = 4 + 4
 # Bytes per element of a GEMM operand's two quantised copies under each FP8 recipe: (the copy of the forward and
 # input-gradient GEMMs, the copy of the weight-gradient GEMM). :func:`quantize` builds Transformer Engine's delayed
 # scaling (DelayedScaling: the cast reads 2 bytes and writes 1 with the amax recorded in the same kernel, from the
@@ -71,6 +76,15 @@ def gemm(name, m, n, k, dtype, phase, count=1):
     eb = DTYPE_BYTES[dtype]
     return dict(name=name, kind="gemm", dtype=dtype, m=m, n=n, k=k, batch=1, flops=flops,
                 bytes=eb * (m * k + k * n) + ACT_BYTES * m * n, phase=phase, count=count)
+
+
+def wgrad_gemm(name, n_in, n_out, tokens, dtype, count=1):
+    """Row of the weight-gradient GEMM ``dW[n_in, n_out] = X^T[n_in, tokens] dY[tokens, n_out]`` accumulated into
+    the fp32 main gradient (:data:`MAIN_GRAD_ACCUM_BYTES_PER_ELEM` per weight element instead of a 16-bit
+    write): memory-bound when ``tokens`` is small (few tokens per expert)."""
+    row = gemm(name, n_in, n_out, tokens, dtype, "bwd", count)
+    row["bytes"] += (MAIN_GRAD_ACCUM_BYTES_PER_ELEM - ACT_BYTES) * n_in * n_out
+    return row
 
 
 def linear(rows, name, tokens, n_out, k_in, dtype, recompute):
