@@ -226,3 +226,13 @@ def test_collective_names_uneven_racks():
     out = run("collective", "--op", "allreduce", "--cluster", "gb200-nvl72", "--nodes", "624", "--sizes", "1G")
     assert out.exit_code == 0, out.output
     assert "allreduce on 2496 ranks, 34 x 72 + 1 x 48, 48 NIC(s)/node;" in out.output.splitlines()[0]
+
+
+def test_estimate_runs_on_uneven_nvl72_racks():
+    """A training job on 2,496 GB200 (34 full racks and 48 GPUs of a 35th) is a valid cluster: its DP group of
+    624 ranks (18 per full rack, 12 on the partial one) runs NVLSTree."""
+    out = run("estimate", "--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "2496", "--tp", "4",
+              "--gbs", "624", "--json")
+    assert out.exit_code == 0, out.output
+    dp = [c for c in json.loads(out.output)["collectives"] if c["group"] == "dp"]
+    assert dp and all(c["n_ranks"] == 624 and c["algo"] == "NVLSTree" for c in dp)
