@@ -31,7 +31,8 @@ FP8_TRANSPOSE_BYTES_PER_ELEM = 2
 FP4_DTYPES = ("nvfp4", "mxfp4")
 # Megatron-core gradient_accumulation_fusion (Transformer Engine ``fuse_wgrad_accumulation``, megatron-core 0.15.0
 # extensions/transformer_engine.py; on by default in Megatron-LM and in Megatron-Bridge's GPTModelProvider,
-# v0.4.1 models/gpt_provider.py:197): the weight-gradient GEMM accumulates into the fp32 main gradient (beta = 1),
+# v0.4.1 models/gpt_provider.py:197): the weight-gradient GEMM accumulates into the fp32 main gradient (beta = 1;
+# TE 2.8 pytorch/module/grouped_linear.py general_grouped_gemm(..., accumulate=accumulate_wgrad_into_param_main_grad)),
 # reading and writing 4 bytes per weight element instead of writing a 16-bit result.
 MAIN_GRAD_ACCUM_BYTES_PER_ELEM = 4 + 4
 # Bytes per element of a GEMM operand's two quantised copies under each FP8 recipe: (the copy of the forward and
