@@ -7,7 +7,8 @@ sizes, NVLSTree from 512 MiB on 1,024 GPUs and for the 4 GiB on 16,384. Issue 18
 GB200 NVL72 racks (1,440 GPUs, 360 trays of 4, one NVLink domain per rack, 72 x 400 Gb/s NICs per rack) with
 NVLS off (NCCL_NVLS_ENABLE=0, as CoreWeave ran it), target < 2 s, by the analytic model
 (:func:`flowsim.nccl_models.predict` on the communicator's layout) and, with ``--flow-racks``, once by the flow
-engine (minutes: 86,000-180,000 transfers per size, see docs/PERFORMANCE.md).
+engine (minutes: 184,192 transfers per tree, see docs/PERFORMANCE.md); and the analytic sweep on 2,496 GPUs (34
+racks and a partial one of 48, NVLS on: uneven nodes).
 Times exclude numba compilation (one warm-up run) and the first topology build (cached); the topology build is
 timed on its own. Each figure is the minimum / median of ``--repeat`` runs.
 
@@ -71,6 +72,12 @@ def main() -> None:
     algos = Counter(f"{r.algo}/{r.proto}" for r in res)
     print(f"sweep 30 sizes x 20 NVL72 racks (1,440 GPUs), analytic: {lo * 1e3:.1f} / {med * 1e3:.1f} ms "
           f"(target < 2 s); choices {dict(algos)}; 4 GiB busbw {res[-1].busbw_Bps / 1e9:.1f} GB/s")
+    uneven = ClusterConfig(**{**load_preset("clusters", "gb200-nvl72"), "num_gpus": 2496})
+    layout = group_layout(uneven, gb200, uneven.num_gpus, 1)  # 34 racks of 72 and one of 48
+    lo, med, res = _timed(lambda: [predict("allreduce", s, layout) for s in sizes], args.repeat)
+    algos = Counter(f"{r.algo}/{r.proto}" for r in res)
+    print(f"sweep 30 sizes x 35 uneven NVL72 racks (2,496 GPUs, NVLS on), analytic: {lo * 1e3:.1f} / "
+          f"{med * 1e3:.1f} ms; choices {dict(algos)}; 4 GiB busbw {res[-1].busbw_Bps / 1e9:.1f} GB/s")
     if args.flow_racks:
         ranks = list(range(nvl.num_gpus))
         t = time.perf_counter()
