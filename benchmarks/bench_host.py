@@ -1,8 +1,10 @@
 """Cost of the host model in one step estimate: gpt3-175b on 1,024 H100 (TP8 PP8 DP16, GBS 1536), the README example.
 
 Run: ``python benchmarks/bench_host.py``. Prints the median ``flowsim.simulate`` time without a host model and with
-``host_overhead: te`` (Transformer Engine host costs), and the time of pricing the host costs of every block of the
-step (:func:`flowsim.model.host_costs.block_host_s`), after compilation. Figures go into docs/PERFORMANCE.md.
+``host_overhead: te`` (Transformer Engine host costs), and, measured inside the same calls, the share of the host
+model's own work: each pass's host terms (``flowsim.step.simulate._pass_host``: every op's host cost, the pass
+chains) and the optimizer step's host part (``optimizer_s`` with the host model less without). The CPU clock inside
+the pipeline schedule is part of the numba list schedule and not separable. Figures go into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
@@ -11,35 +13,50 @@ import statistics
 import time
 
 import flowsim
-from flowsim.model.host_costs import block_host_s
-from flowsim.model.workload import build_workload
+import flowsim.step.simulate as step_simulate
 
 ARGS = dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, dp=16, gbs=1536, sp=True)
 
 
-def _median_ms(fn, repeats: int) -> float:
-    fn()  # compile / warm caches
-    times = []
-    for _ in range(repeats):
+def _timed(fn, spent: dict, key: str):
+    def wrapper(*a, **k):
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        out = fn(*a, **k)
+        spent[key] += time.perf_counter() - t0
+        return out
+    return wrapper
 
 
-def main(repeats: int = 50) -> None:
+def _run(cfg, repeats: int) -> tuple:
+    """Median ms of ``simulate(cfg)`` and the seconds spent in the host terms and the optimizer, per call."""
+    spent = {"pass_host": 0.0, "optimizer": 0.0}
+    orig = step_simulate._pass_host, step_simulate.optimizer_s
+    step_simulate._pass_host = _timed(orig[0], spent, "pass_host")
+    step_simulate.optimizer_s = _timed(orig[1], spent, "optimizer")
+    try:
+        flowsim.simulate(cfg)  # compile / warm caches
+        spent.update(pass_host=0.0, optimizer=0.0)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            flowsim.simulate(cfg)
+            times.append(time.perf_counter() - t0)
+    finally:
+        step_simulate._pass_host, step_simulate.optimizer_s = orig
+    return 1e3 * statistics.median(times), {k: 1e3 * v / repeats for k, v in spent.items()}, sum(times) / repeats
+
+
+def main(repeats: int = 100) -> None:
     plain = flowsim.build_config(**ARGS)
     host = flowsim.build_config(**ARGS, host_overhead="te")
-    wl = build_workload(host)
-    blocks = [b.compute for b in (wl.layer, wl.moe_layer, wl.embedding, wl.head) if b is not None]
-    t_plain = _median_ms(lambda: flowsim.simulate(plain), repeats)
-    t_host = _median_ms(lambda: flowsim.simulate(host), repeats)
-    t_costs = _median_ms(lambda: [block_host_s(b, host.training, host.cluster.cpu) for b in blocks], 4 * repeats)
+    t_plain, s_plain, _ = _run(plain, repeats)
+    t_host, s_host, mean_s = _run(host, repeats)
+    own = s_host["pass_host"] + s_host["optimizer"] - s_plain["optimizer"]
     print(f"load average {os.getloadavg()[0]:.1f}")
     print(f"simulate, no host model      {t_plain:7.2f} ms")
     print(f"simulate, host_overhead te   {t_host:7.2f} ms  ({100 * (t_host - t_plain) / t_plain:+.1f} %)")
-    print(f"host costs of the step's {len(blocks)} blocks {t_costs:7.3f} ms  "
-          f"({100 * t_costs / t_plain:.1f} % of simulate)")
+    print(f"host terms {s_host['pass_host']:.3f} ms + optimizer host part "
+          f"{s_host['optimizer'] - s_plain['optimizer']:.3f} ms = {100 * own / (1e3 * mean_s):.1f} % of simulate")
 
 
 if __name__ == "__main__":
