@@ -86,3 +86,22 @@ def test_stack_attention_prices_the_job_and_an_explicit_impl_overrides_it():
 def test_cudnn_off_nvidia_is_an_error():
     with pytest.raises(ConfigError, match=r"^attention_impl: cuDNN attention runs on NVIDIA GPUs only"):
         attention_time(1, 16, 1024, 1024, 128, "bf16", get_gpu("mi300x"), attention_impl="cudnn")
+
+
+def test_kernels_predict_takes_the_release_attention_kernel():
+    import json
+
+    from click.testing import CliRunner
+
+    from flowsim.cli import main
+
+    args = ["kernels", "predict", "--gpu", "gb200", "--op", "attn_fwd", "--shape", "1,32,8192,8192,128", "--causal",
+            "--json"]
+    te = json.loads(CliRunner().invoke(main, args + ["--software-release", "megatron-bridge-25.11"]).stdout)
+    plain = json.loads(CliRunner().invoke(main, args).stdout)
+    forced = json.loads(CliRunner().invoke(main, args + ["--software-release", "megatron-bridge-25.11",
+                                                         "--attention-impl", "fa2"]).stdout)
+    # cuDNN at H100's causal hd128 8k fraction (529 / 989.4) of GB200's 2,500 TFLOP/s; FA2 at the GB200 anchor.
+    assert te["flops"] / te["time_s"] / 1e12 == pytest.approx(529 * 2500 / 989.4, rel=1e-6)
+    assert plain["time_s"] == forced["time_s"] > 3 * te["time_s"]
+    assert [r["measured"] for r in te["references"] if r["table"] == "flash_attention"] == ["h100-sxm"]

@@ -73,7 +73,8 @@ def kernels():
 @click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--causal", is_flag=True, help="Causal attention mask.")
 @click.option("--kv-heads", type=click.IntRange(min=0), default=0, help="Attention KV heads (0 = heads).")
-@click.option("--attention-impl", type=click.Choice(["fa2", "fa3"]), default="fa2", show_default=True)
+@click.option("--attention-impl", type=click.Choice(["fa2", "fa3", "cudnn"]), default=None,
+              help="Attention kernel (default: the one --software-release runs on this GPU, else fa2).")
 @click.option("--software-release", default="", metavar="RELEASE",
               help="Price on this software release's GEMM measurements (nearest older one when it has none).")
 @click.option("--power-limit-w", type=click.FloatRange(min=0), default=0.0,
@@ -83,9 +84,11 @@ def kernels():
 def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, software_release, power_limit_w, as_json):
     """Predict the time of one op launch and say what bounds it and which measurements priced it."""
     from flowsim.kernels import KernelStack
+    from flowsim.kernels.stack import attention_kernel
 
     spec = get_gpu(gpu)
     stack = KernelStack(software_release, power_limit_w)
+    stack = dataclasses.replace(stack, attention_impl=attention_kernel(stack.release, spec.arch))
     dims = parse_shape(op, shape)
     row = {"kind": op, "dtype": dtype, **dims}
     if op.startswith("attn"):
@@ -93,7 +96,8 @@ def predict(gpu, op, shape, dtype, causal, kv_heads, attention_impl, software_re
     b = op_breakdown(pd.DataFrame([row]), spec, attention_impl=attention_impl, stack=stack).iloc[0]
     tables = {"gemm": ("gemm_mamf", "gemm_release", "gemm_latency"),
               "memory": ("memory_latency",)}.get(op, ("flash_attention",))
-    refs = kernel_references(spec, (dtype,) if op == "gemm" else None)
+    refs = kernel_references(spec, (dtype,) if op == "gemm" else None,
+                             attention_impl or stack.attention_impl or "fa2")
     refs = [r for r in refs if r.table in tables + ("hbm_stream",)]
     peak = spec.peak_flop_per_s.get(peak_dtype(dtype) if op != "memory" else "", float("nan"))
     result = {
