@@ -194,6 +194,22 @@ def test_one_stage_pipeline_equals_the_op_by_op_tandem(seed, m, n_layers, n_rec)
         h = np.concatenate([f_h if k == 0 else b_h for k in kinds])
         g = np.concatenate([f_g if k == 0 else b_g for k in kinds])
         assert tl.end_s[0] == pytest.approx(issue_timeline(h, g).gpu_end_s[-1], rel=1e-9, abs=1e-15)
+    # zb-h1 runs the layers' weight-gradient GEMMs as W passes of their own: B leaves them out
+    split = pass_host([(terms["layer"], L, R)], terms["embedding"], terms["head"], [(0, 0)], [(0, 0)], True)
+    dgrad = lambda p: p == "bwd"  # noqa: E731
+    no_w = [seg("layer", lambda p: p == "recompute")]
+    lay_b = seg("layer", dgrad)
+    lay_b = (lay_b[0][:-1], lay_b[1][:-1])  # the layer's last bwd row is its wgrad GEMM
+    b2 = [seg("head", dgrad)] + (no_w + [lay_b]) * n_rec + [lay_b] * (n_layers - n_rec) + [seg("embedding", dgrad)]
+    w2 = [(seg("layer", dgrad)[0][-1:], seg("layer", dgrad)[1][-1:])] * n_layers
+    passes = {0: (f_h, f_g)}
+    for k, ops in ((1, b2), (2, w2)):
+        passes[k] = tuple(np.concatenate([x[j] for x in ops] or [np.zeros(0)]) for j in (0, 1))
+    tl = simulate_pipeline("zb-h1", m, f_s, np.full((1, 1), passes[1][1].sum() + passes[2][1].sum()), 0.0,
+                           wgrad_s=np.full((1, 1), passes[2][1].sum()), host=split)
+    h = np.concatenate([passes[k][0] for k in tl.order[0, :, 0]])
+    g = np.concatenate([passes[k][1] for k in tl.order[0, :, 0]])
+    assert tl.end_s[0] == pytest.approx(issue_timeline(h, g).gpu_end_s[-1], rel=1e-9, abs=1e-15)
 
 
 def _uniform_host(p, host, lag):
