@@ -21,8 +21,8 @@ import numpy as np
 
 from flowsim.calibrate.fit import MIN_ROWS, FitResult, Observations, fit
 from flowsim.calibrate.response import ResponseTable, grid
-from flowsim.config import SimConfig
 from flowsim.calibrate.runs import job_release
+from flowsim.config import SimConfig
 from flowsim.kernels.calibration import PARAMETERS, Parameter, Profile, write_profile
 from flowsim.kernels.stack import release
 
