@@ -28,7 +28,7 @@ FlashAttention-2 and cuDNN depending on its version (later releases prefer cuDNN
 give FusedAttention preference on Hopper+", TE ``get_attention_backend``, recalled); flowsim prices TE on
 Hopper with FlashAttention-2, which the measured steps support: the H100 long-sequence runs (NeMo 24.03, 90 %
 of the modelled time in attention) are within 2 % with FA2's tables and 8-11 % too fast with cuDNN's forward,
-and with cuDNN on Hopper the leave-one-source-out error of ``flowsim calibrate`` is 11.0 % against 10.5 %
+and cuDNN on Hopper raises both the in-sample and the leave-one-source-out error of ``flowsim calibrate``
 (docs/CALIBRATION.md). FlashAttention-2 and SDPA run FA2 everywhere.
 """
 from __future__ import annotations
