@@ -41,11 +41,13 @@ from flowsim.network.maxmin_kernels import _link_csr
 
 __all__ = ["Quotient", "quotient"]
 
-MAX_CLASS_FRACTION = 0.5
+MAX_CLASS_FRACTION = 0.25
 """Refinement stops, and no quotient is made, once the transfer classes exceed this fraction of the transfers:
 the quotient would save less than this factor of the event loop's work for the cost of more rounds. A cost cap
-only (the quotient is exact either way), set by hand from benchmarks/bench_flow_scaling.py (hash-ECMP traffic
-across leaves is nearly all singletons)."""
+only (the quotient is exact either way), set by hand from benchmarks/bench_flow_scaling.py: the simulations that
+pay have far fewer classes (deepseek-v3: 135 for 25,729 transfers; llama3.1-405b: 4,096 for 65,536), those with
+hash-ECMP traffic across leaves end with most transfers in classes of their own, and a lower cap stops their
+refinement sooner (65,536 GPUs: 0.2-0.9 s of refinement per simulation of 90k-123k transfers at 0.5)."""
 
 MAX_ROUNDS = 96
 """Refinement rounds before giving up on the quotient (the explicit simulation runs instead). Each round costs a
