@@ -59,3 +59,19 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="flowsim")
 def main():
     """flowsim: predict the step time, MFU and memory of distributed LLM training."""
+    import warnings
+
+    _warned.clear()  # once per command run
+    warnings.showwarning = _show_warning_once
+
+
+_warned: set = set()
+
+
+def _show_warning_once(message, category, filename, lineno, file=None, line=None):
+    """Print a warning as one ``warning: <text>`` line on stderr, once per distinct text per command run (a runs file
+    whose rows share a fallback would otherwise repeat it per row, with a source line the user cannot act on)."""
+    text = str(message)
+    if text not in _warned:
+        _warned.add(text)
+        click.echo(f"warning: {text}", err=True)
