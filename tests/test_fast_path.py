@@ -1,10 +1,18 @@
-"""The analytic step's fast path equals the slow reference on random valid configurations.
+"""The analytic step's fast path equals the slow references on random valid configurations.
 
-Fast path: ``flowsim.simulate`` prices the workload builder's own op table with ``op_times(trusted=True)``
+Frozen reference: every number of the results of 200 seeded random valid configurations, as the analytic path
+computed them before its speed work (tests/make_fast_path_data.py wrote tests/data/fast_path_expected.json.gz);
+every speed change must reproduce them to 1e-9 relative.
+
+Checked-table reference: ``flowsim.simulate``: ``flowsim.simulate`` prices the workload builder's own op table with ``op_times(trusted=True)``
 (columns read without the op-table checks). Slow reference, kept here: the same call with every check of
 :func:`flowsim.kernels.ops.validate_ops`, as for a user's table. Both must give the same columns, hence the
 same result (to 1e-9 relative, in fact bit for bit).
 """
+import gzip
+import json
+
+import make_fast_path_data
 import numpy as np
 import pytest
 from fuzz_inputs import layouts
@@ -18,6 +26,17 @@ from flowsim.kernels.model import _trusted_columns
 from flowsim.kernels.ops import validate_ops
 
 RTOL = 1e-9
+ABS_S = 1e-15  # below any physical number of a result (a femtosecond, a femtobyte): exact zeros that differ by rounding
+FROZEN = json.load(gzip.open(make_fast_path_data.DATA, "rt"))
+
+
+@pytest.mark.parametrize("i", range(len(FROZEN["configs"])))
+def test_simulate_equals_the_frozen_results(i):
+    kw, expected = FROZEN["configs"][i], FROZEN["results"][i]
+    got = make_fast_path_data.result_numbers(flowsim.simulate(flowsim.build_config(**kw)))
+    assert got.keys() >= expected.keys(), f"{kw}: missing {sorted(expected.keys() - got.keys())[:5]}"
+    bad = [k for k, v in expected.items() if got[k] != pytest.approx(v, rel=RTOL, abs=ABS_S)]
+    assert not bad, f"{kw}: " + ", ".join(f"{k} {got[k]!r} != {expected[k]!r}" for k in bad[:5])
 
 
 def _slow_op_times(ops, gpu, **kw):
