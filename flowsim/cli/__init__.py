@@ -62,16 +62,19 @@ def main():
     import warnings
 
     _warned.clear()  # once per command run
-    warnings.showwarning = _show_warning_once
+    warnings.formatwarning = _format_warning_once
 
 
 _warned: set = set()
 
 
-def _show_warning_once(message, category, filename, lineno, file=None, line=None):
-    """Print a warning as one ``warning: <text>`` line on stderr, once per distinct text per command run (a runs file
-    whose rows share a fallback would otherwise repeat it per row, with a source line the user cannot act on)."""
+def _format_warning_once(message, category, filename, lineno, line=None) -> str:
+    """A warning as one ``warning: <text>`` line, once per distinct text per command run (a runs file whose rows
+    share a release fallback repeated it per row, each with a source line the user cannot act on); a repeat
+    formats to nothing. Replaces the formatter, not ``showwarning``, so warnings recorded by a caller (pytest,
+    ``catch_warnings(record=True)``) stay recorded."""
     text = str(message)
-    if text not in _warned:
-        _warned.add(text)
-        click.echo(f"warning: {text}", err=True)
+    if text in _warned:
+        return ""
+    _warned.add(text)
+    return f"warning: {text}\n"
