@@ -10,6 +10,7 @@ table of an :class:`OpSet`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -69,6 +70,23 @@ class OpSet:
 
     compute: pd.DataFrame
     comms: tuple
+
+    @cached_property
+    def arrays(self) -> dict:
+        """The op table as read-only numpy arrays, converted once per block (the step reads them every call):
+        columns ``name``, ``kind``, ``phase`` (str), ``count`` (int64), ``flops`` (float64), and boolean row
+        classes ``wgrad`` / ``dgrad`` (names ending ``.wgrad`` / ``.dgrad``), ``gemm``, ``attn`` (attention
+        kernels) and ``shared`` (shared-expert ops, names starting ``shared_``)."""
+        c = self.compute
+        name, kind = c["name"].to_numpy(dtype=str), c["kind"].to_numpy(dtype=str)
+        out = {"name": name, "kind": kind, "phase": c["phase"].to_numpy(dtype=str),
+               "count": c["count"].to_numpy(dtype=np.int64), "flops": c["flops"].to_numpy(dtype=np.float64),
+               "wgrad": np.char.endswith(name, ".wgrad"), "dgrad": np.char.endswith(name, ".dgrad"),
+               "gemm": kind == "gemm", "attn": (kind == "attn_fwd") | (kind == "attn_bwd"),
+               "shared": np.char.startswith(name, "shared_")}
+        for a in out.values():
+            a.flags.writeable = False
+        return out
 
 
 def gemm(name, m, n, k, dtype, phase, count=1):

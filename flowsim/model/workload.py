@@ -22,8 +22,10 @@ all-gather + reduce-scatter pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+import pandas as pd
 
 from flowsim._moved import module_getattr
 from flowsim.config import SimConfig
@@ -87,6 +89,24 @@ class Workload:
     stage_expert_params: tuple
     gemm_dtype: str
     expert_comm_sms: int = 0
+
+    @cached_property
+    def op_table(self) -> tuple:
+        """All compute ops of the blocks in one table, built once per workload: (pandas.DataFrame, the row span
+        (slice) of each block, its columns as :attr:`OpSet.arrays`). Blocks in order layer, embedding, head,
+        moe_layer."""
+        blocks = {"layer": self.layer, "embedding": self.embedding, "head": self.head}
+        if self.moe_layer is not None:
+            blocks["moe_layer"] = self.moe_layer
+        spans, start = {}, 0
+        for name, ops in blocks.items():
+            spans[name] = slice(start, start + len(ops.compute))
+            start += len(ops.compute)
+        frame = pd.concat([ops.compute for ops in blocks.values()], ignore_index=True)
+        arrays = {k: np.concatenate([ops.arrays[k] for ops in blocks.values()]) for k in self.layer.arrays}
+        for a in arrays.values():
+            a.flags.writeable = False
+        return frame, spans, arrays
 
 
 def _tp_comms(comms, tp, sp, act_bytes, phase, col, row):

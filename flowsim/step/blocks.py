@@ -32,35 +32,27 @@ EXPERT_GROUPS = ("ep", "etp", "tpep", "epn", "epx")
 
 
 def ops_frame(wl) -> tuple[pd.DataFrame, dict]:
-    """All compute ops of the workload's blocks in one table, and the row span (slice) of each block."""
-    blocks = {"layer": wl.layer, "embedding": wl.embedding, "head": wl.head}
-    if wl.moe_layer is not None:
-        blocks["moe_layer"] = wl.moe_layer
-    frames, spans, start = [], {}, 0
-    for name, ops in blocks.items():
-        frames.append(ops.compute)
-        spans[name] = slice(start, start + len(ops.compute))
-        start += len(ops.compute)
-    return pd.concat(frames, ignore_index=True), spans
+    """All compute ops of the workload's blocks in one table, and the row span (slice) of each block
+    (:attr:`flowsim.model.workload.Workload.op_table`, built once per workload)."""
+    frame, spans, _ = wl.op_table
+    return frame, spans
 
 
 def _compute_parts(opset, t_ops: np.ndarray) -> dict:
     """Seconds of one micro-batch's compute per phase: all of it, and its weight-gradient GEMMs, GEMMs,
     input-gradient GEMMs, attention kernels and shared-expert kernels (the parts communication can hide
     behind)."""
-    c = opset.compute
-    per = t_ops * c["count"].to_numpy()
-    phase, kind, names = c["phase"].to_numpy(), c["kind"].to_numpy(), c["name"]
-    masks = {"wgrad": np.array([n.endswith(".wgrad") for n in names], dtype=bool), "gemm": kind == "gemm",
-             "dgrad": np.array([n.endswith(".dgrad") for n in names], dtype=bool),
-             "attn": (kind == "attn_fwd") | (kind == "attn_bwd"),
-             "shared": np.array([n.startswith("shared_") for n in names], dtype=bool)}
+    a = opset.arrays
+    per = t_ops * a["count"]
     out = {}
     for ph in PHASES:
-        sel = phase == ph
-        out[ph] = {"all": float(per[sel].sum()), **{k: float(per[sel & m].sum()) for k, m in masks.items()}}
-        gemms = pd.Series(per[sel & masks["gemm"]]).groupby(names[sel & masks["gemm"]].to_numpy()).sum()
-        out[ph]["by_gemm"] = {str(k): float(v) for k, v in gemms.items()}  # seconds of each named GEMM
+        sel = a["phase"] == ph
+        out[ph] = {"all": float(per[sel].sum()),
+                   **{k: float(per[sel & a[k]].sum()) for k in ("wgrad", "gemm", "dgrad", "attn", "shared")}}
+        gemms = sel & a["gemm"]
+        names, idx = np.unique(a["name"][gemms], return_inverse=True)
+        sums = np.bincount(idx.ravel(), weights=per[gemms], minlength=len(names))
+        out[ph]["by_gemm"] = dict(zip(names.tolist(), sums.tolist()))  # seconds of each named GEMM
     return out
 
 

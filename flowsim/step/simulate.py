@@ -95,8 +95,9 @@ def _pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last) -> Pas
     t = cfg.training
     if t.host_overhead == "none":
         return None
-    cols = {k: ops[k].to_numpy() for k in ("name", "kind", "phase", "count")}
-    wgrad = np.char.endswith(cols["name"].astype(str), ".wgrad")
+    a = wl.op_table[2]
+    cols = {k: a[k] for k in ("name", "kind", "phase", "count")}
+    wgrad = a["wgrad"]
     gpu_s = t_ops * cols["count"]
 
     def terms(block, blk):
@@ -174,8 +175,9 @@ def _hardware_flops(cfg: SimConfig, wl, ops, spans: dict, runs: np.ndarray) -> f
     stage (they all run the same ops)."""
     t, m = cfg.training, cfg.num_microbatches
     L, R, M, RM = wl.chunk_layers, wl.chunk_recompute_layers, wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
-    flops_ops = ops["flops"].to_numpy() * ops["count"].to_numpy()
-    is_rec = ops["phase"].to_numpy() == "recompute"
+    a = wl.op_table[2]
+    flops_ops = a["flops"] * a["count"]
+    is_rec = a["phase"] == "recompute"
     fb = {name: float(flops_ops[sl][~is_rec[sl]].sum()) for name, sl in spans.items()}
     rec = {k: float(flops_ops[spans[k]][is_rec[spans[k]]].sum()) for k in spans}
     per_stage_gpu = (((L - M) @ runs).sum() * fb["layer"] + ((R - RM) @ runs).sum() * rec["layer"]
