@@ -461,13 +461,37 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
     return tuple(out)
 
 
+# Workloads built, by (model, training) config: the blocks read nothing else (the cluster does not change them),
+# and a Workload is immutable (frozen, read-only arrays), so configs that share both share one. Oldest dropped
+# past WORKLOAD_CACHE_SIZE entries (a few MB).
+_WORKLOADS: dict = {}
+WORKLOAD_CACHE_SIZE = 256
+
+
 def build_workload(cfg: SimConfig) -> Workload:
-    """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig)."""
+    """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig), built once per
+    (model, training) pair and shared (treat it as read-only)."""
+    key = (cfg.model, cfg.training)
+    try:
+        wl = _WORKLOADS.get(key)
+    except TypeError:  # an unhashable field value (a user's list): built every time
+        return _build_workload(cfg)
+    if wl is None:
+        wl = _build_workload(cfg)
+        if len(_WORKLOADS) >= WORKLOAD_CACHE_SIZE:
+            del _WORKLOADS[next(iter(_WORKLOADS))]
+        _WORKLOADS[key] = wl
+    return wl
+
+
+def _build_workload(cfg: SimConfig) -> Workload:
     t = cfg.training
     layers, moe = chunk_layer_counts(cfg, with_moe=True)
     rec = recompute.recompute_layer_counts(t, layers)
     # recomputed layers split between the kinds in proportion (layers of a chunk are recomputed in order)
     rec_moe = np.where(layers > 0, np.rint(rec * moe / np.maximum(layers, 1)), 0).astype(np.int64)
+    for a in (layers, moe, rec, rec_moe):
+        a.flags.writeable = False
     tokens = cfg.microbatch_tokens
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
     is_moe = cfg.model.is_moe
