@@ -133,7 +133,8 @@ def _render(report: ValidationReport) -> str:
                    "GPU generation x software family) and report the error of its other runs per source, "
                    "e.g. --calibrate-on 0,1,3,5 (k = 0: uncalibrated).")
 @click.option("--jobs", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Worker processes for the rows (0 = one per CPU); identical configs are simulated once.")
+              help="Worker processes for the rows (0 = one per CPU); each maps, simulates and checks its rows. "
+                   "Rows with identical cells are simulated once.")
 @click.option("--time-limit", "time_limit_s", type=click.FloatRange(min=0), default=ROW_TIME_LIMIT_S,
               show_default=True, help="Seconds one row may simulate before it is skipped with the reason (0 = none).")
 @click.option("--progress/--no-progress", default=None,
