@@ -72,7 +72,7 @@ def _one(name: str, repeat: int, reference: bool) -> dict:
     from flowsim.config import bounds
     from flowsim.network import netsim
 
-    THREADS = netsim.THREADS
+    THREADS = netsim._env_threads()
     kw = {**HEADLINE, **GPUS, **PP}[name]
     bounds.MAX_GPUS_FLOW = max(bounds.MAX_GPUS_FLOW, kw["gpus"])  # the 65,536-GPU case is past the CLI's bound
     cfg = flowsim.build_config(**kw, comm_engine="flow")

@@ -151,6 +151,18 @@ def test_components_in_parallel_threads_match_brute_force(a, b):
     assert np.all(res.link_busy_s >= busy_bound * (1 - 1e-9))
 
 
+def test_bad_thread_count_is_one_line_error(monkeypatch):
+    import flowsim.network.netsim as netsim
+
+    monkeypatch.setenv("FLOWSIM_NETSIM_THREADS", "two")
+    netsim._env_threads.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="FLOWSIM_NETSIM_THREADS: must be a whole number >= 1"):
+            simulate([1.0], [0, 1], [0], [1.0])
+    finally:
+        netsim._env_threads.cache_clear()
+
+
 def test_result_views():
     res = simulate([10.0], [0, 1], [0], [10.0])
     d = res.to_dict()

@@ -17,8 +17,8 @@ Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A1
   transfers connected to a change through links are revisited, so independent components (rails, groups)
   are not re-solved;
 * remaining bytes are advanced lazily, only for transfers whose rate changes;
-* independent components (rail planes, groups that share no link) are simulated in parallel threads
-  (:mod:`flowsim.network.components`);
+* independent components (rail planes, groups that share no link) can be simulated in parallel threads
+  (:data:`THREADS`, :mod:`flowsim.network.components`);
 * by symmetry (:mod:`flowsim.network.symmetry`), one transfer per class of interchangeable transfers (the
   coarsest equitable partition: e.g. the data-parallel rings of the eight rails, the ranks of an all-to-all
   behind one leaf) is simulated with the class size as its max-min weight, its times copied to the others.
@@ -49,8 +49,11 @@ LOCAL_MAX_FRACTION = 0.25
 draining transfers: beyond that a restart costs about the same. A cost cap only (both methods are exact),
 set by hand from benchmarks/bench_network.py."""
 
-THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-"""Threads that simulate independent components at once (the CPUs this process may run on)."""
+THREADS = None
+"""Threads that simulate independent components at once; ``None``: the environment variable
+``FLOWSIM_NETSIM_THREADS`` (a whole number >= 1), default 1. Opt-in: on the shared 2-vCPU VM of docs/PERFORMANCE.md, at load average about 4, two threads made
+the gpt3-175b step on 16,384 GPUs slower (12.2 s against 8.5 s for its first call); set it to the idle cores
+of a machine that has them."""
 
 PARALLEL_MIN_TRANSFERS = 2048
 """Simulations with fewer transfers run on one thread: below this, splitting them into components and starting
@@ -316,8 +319,16 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
 
 
 @functools.lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(THREADS, thread_name_prefix="flowsim-netsim")
+def _env_threads() -> int:
+    raw = os.environ.get("FLOWSIM_NETSIM_THREADS", "1")
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ConfigError("FLOWSIM_NETSIM_THREADS", "must be a whole number >= 1", repr(raw))
+    return int(raw)
+
+
+@functools.lru_cache(maxsize=8)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="flowsim-netsim")
 
 
 def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights, rtol) -> tuple:
@@ -325,8 +336,9 @@ def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, 
     :data:`THREADS` bins simulated in parallel threads when there are :data:`PARALLEL_MIN_TRANSFERS` transfers
     or more; the same outputs."""
     n = size.shape[0]
-    parts = (split(THREADS, capacity_Bps.size, route_ptr, route_links, dep_ptr, dep_idx)
-             if THREADS > 1 and n >= PARALLEL_MIN_TRANSFERS else [])
+    threads = _env_threads() if THREADS is None else THREADS
+    parts = (split(threads, capacity_Bps.size, route_ptr, route_links, dep_ptr, dep_idx)
+             if threads > 1 and n >= PARALLEL_MIN_TRANSFERS else [])
     if not parts:
         return _simulate(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
                          LOCAL_MAX_ROUNDS, rtol)
@@ -337,7 +349,7 @@ def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, 
                          weights[ids], LOCAL_MAX_ROUNDS, rtol)
 
     start, finish, busy, n_solves = np.empty(n), np.empty(n), np.zeros(capacity_Bps.size), 0
-    for (ids, links, *_), (s, f, b, k) in zip(parts, _pool().map(one, parts)):
+    for (ids, links, *_), (s, f, b, k) in zip(parts, _pool(threads).map(one, parts)):
         start[ids], finish[ids], busy[links] = s, f, b
         n_solves += k
     return start, finish, busy, n_solves

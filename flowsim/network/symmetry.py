@@ -49,13 +49,14 @@ pay have far fewer classes (deepseek-v3: 135 for 25,729 transfers; llama3.1-405b
 hash-ECMP traffic across leaves end with most transfers in classes of their own, and a lower cap stops their
 refinement sooner (65,536 GPUs: 0.2-0.9 s of refinement per simulation of 90k-123k transfers at 0.5)."""
 
-MAX_ROUNDS = 96
+MAX_ROUNDS = 12
 """Refinement rounds before giving up on the quotient (the explicit simulation runs instead). Each round costs a
-pass over every path hop and dependency; the simulations of benchmarks/bench_flow_scaling.py's gpt3-175b and
-deepseek-v3 cases settle in at most 8 rounds, but hash-ECMP traffic over three tiers can need about one round
-per class found (llama3.1-405b on 16,384 GPUs: 65 rounds for 65,536 transfers in 4,096 classes, which saves
-three quarters of that simulation's cost; 256 rounds for 2,048 pipeline sends in 128 classes, which do not pay).
-A cost cap only, set by hand from those runs."""
+pass over every path hop and dependency. The simulations of benchmarks/bench_flow_scaling.py's gpt3-175b and
+deepseek-v3 cases settle in at most 8 rounds; hash-ECMP traffic over three tiers refines about one step of a
+dependency chain per round (a ring's asymmetry travels round it): two of llama3.1-405b's simulations on 16,384 GPUs
+settle after 65 rounds (65,536 transfers in 4,096 classes, 1.2 s saved per simulation), but gpt3-175b's
+data-parallel rings on 16,384 GPUs (65,536 transfers, 128 re-solves, 0.6 s each) had not settled after 96
+rounds, which cost 0.5-0.9 s each. A cost cap only, set by hand from those runs."""
 
 _MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15, splitmix64's odd constant (routing.py cites it)
 _M1 = np.int64(-4658895280553007687)  # 0xBF58476D1CE4E5B9, splitmix64's first multiplier
