@@ -8,8 +8,8 @@ build the topology and load the compiled kernels, then ``N`` re-runs of every co
 flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of the reference: the same code
 with the explicit simulation (``netsim.simulate(symmetry=False)``) on one thread (``netsim.THREADS = 1``) and
 the prepared-collective cache cleared before each run, i.e. the flow engine before issue 22. Figures are min /
-median seconds over the repeats and the ratio of the medians, measured in one process back to back, so a loaded machine inflates both sides
-alike. ``flowsim.config.bounds.MAX_GPUS_FLOW`` (16,384) is lifted for the 65,536-GPU case. Cases above
+median seconds over the repeats and the ratio of the medians, measured in one process back to back, so a
+loaded machine inflates both sides alike. ``flowsim.config.bounds.MAX_GPUS_FLOW`` (16,384) is lifted for the 65,536-GPU case. Cases above
 ``--reference-max-gpus`` GPUs (default 16,384) run without the reference (its cost there is
 minutes). The step times of both paths are printed; they agree to the event loop's tolerance
 (tests/test_flow_symmetry.py).

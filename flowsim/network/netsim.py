@@ -51,9 +51,9 @@ set by hand from benchmarks/bench_network.py."""
 
 THREADS = None
 """Threads that simulate independent components at once; ``None``: the environment variable
-``FLOWSIM_NETSIM_THREADS`` (a whole number >= 1), default 1. Opt-in: on the shared 2-vCPU VM of docs/PERFORMANCE.md, at load average about 4, two threads made
-the gpt3-175b step on 16,384 GPUs slower (12.2 s against 8.5 s for its first call); set it to the idle cores
-of a machine that has them."""
+``FLOWSIM_NETSIM_THREADS`` (a whole number >= 1), default 1. Opt-in: on the shared 2-vCPU VM of
+docs/PERFORMANCE.md, at load average about 4, two threads made the gpt3-175b step on 16,384 GPUs slower
+(12.2 s against 8.5 s for its first call); set it to the idle cores of a machine that has them."""
 
 PARALLEL_MIN_TRANSFERS = 2048
 """Simulations with fewer transfers run on one thread: below this, splitting them into components and starting
