@@ -4,10 +4,10 @@ Frozen reference: every number of the results of 200 seeded random valid configu
 computed them before its speed work (tests/make_fast_path_data.py wrote tests/data/fast_path_expected.json.gz);
 every speed change must reproduce them to 1e-9 relative.
 
-Checked-table reference: ``flowsim.simulate``: ``flowsim.simulate`` prices the workload builder's own op table with ``op_times(trusted=True)``
-(columns read without the op-table checks). Slow reference, kept here: the same call with every check of
-:func:`flowsim.kernels.ops.validate_ops`, as for a user's table. Both must give the same columns, hence the
-same result (to 1e-9 relative, in fact bit for bit).
+Checked-table reference: ``flowsim.simulate`` prices the workload builder's own op table with
+``op_times(trusted=True)`` (columns read without the op-table checks), once per (model, training, GPU, kernel
+stack). Slow reference, kept here: the same table priced with every check of
+:func:`flowsim.kernels.ops.validate_ops`, as for a user's table. Both must give the same seconds, bit for bit.
 """
 import gzip
 import json
@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import flowsim
 import flowsim.step.simulate as step_simulate
 from flowsim.errors import ConfigError
+from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import op_times
 from flowsim.kernels.model import _trusted_columns
 from flowsim.kernels.ops import validate_ops
@@ -37,23 +38,6 @@ def test_simulate_equals_the_frozen_results(i):
     assert got.keys() >= expected.keys(), f"{kw}: missing {sorted(expected.keys() - got.keys())[:5]}"
     bad = [k for k, v in expected.items() if got[k] != pytest.approx(v, rel=RTOL, abs=ABS_S)]
     assert not bad, f"{kw}: " + ", ".join(f"{k} {got[k]!r} != {expected[k]!r}" for k in bad[:5])
-
-
-def _slow_op_times(ops, gpu, **kw):
-    """The reference: op_times with the op-table checks (``trusted`` forced off)."""
-    return op_times(ops, gpu, **{**kw, "trusted": False})
-
-
-def _flat(d, prefix=""):
-    """Numbers of a result mapping, flattened to ``{path: value}``."""
-    out = {}
-    items = d.items() if isinstance(d, dict) else enumerate(d)
-    for k, v in items:
-        if isinstance(v, (dict, list, tuple)):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[f"{prefix}{k}"] = float(v)
-    return out
 
 
 @st.composite
@@ -74,17 +58,15 @@ def test_fast_path_equals_the_slow_reference(kw):
         cfg = flowsim.build_config(**kw)
     except ConfigError:
         assume(False)
+    gpu = get_gpu(cfg.cluster.gpu)
+    wl, stack = step_simulate.build_workload(cfg), step_simulate._kernel_stack(cfg, gpu)
+    ops, _ = step_simulate.ops_frame(wl)
     try:
-        fast = flowsim.simulate(cfg).to_dict()
-    except ConfigError:  # a layout valid to build but rejected by the step (e.g. a dtype the GPU lacks)
+        slow = op_times(ops, gpu, stack=stack, trusted=False)
+    except ConfigError:  # a layout valid to build but rejected by the kernel model (e.g. a dtype the GPU lacks)
         assume(False)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(step_simulate, "op_times", _slow_op_times)
-        slow = flowsim.simulate(cfg).to_dict()
-    a, b = _flat(fast), _flat(slow)
-    assert a.keys() == b.keys()
-    for key, value in b.items():
-        assert a[key] == pytest.approx(value, rel=RTOL, abs=0.0) or (np.isnan(a[key]) and np.isnan(value)), key
+    assert np.array_equal(step_simulate._op_seconds(cfg, wl, gpu), slow)
+    assert np.array_equal(op_times(ops, gpu, stack=stack, trusted=True), slow)
 
 
 def test_trusted_columns_are_validate_ops_columns():
