@@ -114,7 +114,8 @@ class RowPredictor:
 
 def _signatures(rows: list) -> list:
     """Per row, the cells its prediction depends on (all but ``line``, ``id`` and the measurement; NaN as None,
-    so that two empty cells compare equal). The rows share their keys (:func:`~flowsim.validation.runs_read.read_run_records` rows)."""
+    so that two empty cells compare equal). The rows share their keys, as those of
+    :func:`~flowsim.validation.runs_read.read_run_records` do."""
     if not rows:
         return []
     cells = operator.itemgetter(*(k for k in rows[0] if k not in ("line", "id", "measured_step_time_s")))

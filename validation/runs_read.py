@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -152,7 +153,8 @@ def _parse_record(cells: list[str], n_header: int, col: Mapping[str, int], line:
     record["id"] = row_id
     for name in TEXT_COLUMNS + V2_TEXT_COLUMNS:
         text = cells[col[name]].strip() if name in col else ""
-        record[name] = text.lower() if name in ("recompute", "precision", "moe_token_dispatcher") else text
+        # interned: a long file repeats its sources, models, GPUs and notes (100k rows: -150 MB)
+        record[name] = sys.intern(text.lower() if name in ("recompute", "precision", "moe_token_dispatcher") else text)
     return record
 
 
