@@ -65,7 +65,7 @@ def test_fast_path_equals_the_slow_reference(kw):
         slow = op_times(ops, gpu, stack=stack, trusted=False)
     except ConfigError:  # a layout valid to build but rejected by the kernel model (e.g. a dtype the GPU lacks)
         assume(False)
-    assert np.array_equal(step_simulate._op_seconds(cfg, wl, gpu), slow)
+    assert np.array_equal(step_simulate._op_seconds(cfg, wl, gpu).t_ops, slow)
     assert np.array_equal(op_times(ops, gpu, stack=stack, trusted=True), slow)
 
 

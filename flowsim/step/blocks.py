@@ -38,7 +38,7 @@ def ops_frame(wl) -> tuple[pd.DataFrame, dict]:
     return frame, spans
 
 
-def _compute_parts(opset, t_ops: np.ndarray) -> dict:
+def compute_parts(opset, t_ops: np.ndarray) -> dict:
     """Seconds of one micro-batch's compute per phase: all of it, and its weight-gradient GEMMs, GEMMs,
     input-gradient GEMMs, attention kernels and shared-expert kernels (the parts communication can hide
     behind)."""
@@ -103,12 +103,14 @@ def tp_overlapped_s(gemm_s: float, comm_s: float, pieces: int, comm_sms: int, sm
     return first + overlapped_s(gemm_s - first, comm_s, comm_sms, sm_count)
 
 
-def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int) -> dict:
+def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overlap: bool, count: int,
+                parts: dict | None = None) -> dict:
     """Per-phase seconds of one block for one micro-batch: ``compute_<phase>``, ``wgrad_<phase>`` and the
     exposed ``tp_``, ``cp_``, ``ep_<phase>`` communication (module docstring); ``t_ops``: seconds of each of the
-    block's compute ops, ``count``: runs of the block per step (for the report)."""
+    block's compute ops, ``count``: runs of the block per step (for the report), ``parts``:
+    :func:`compute_parts` of ``t_ops`` when the caller has them already."""
     sm, tp_size = comms.gpu.sm_count, comms.groups["tp"][0]
-    parts = _compute_parts(opset, t_ops)
+    parts = compute_parts(opset, t_ops) if parts is None else parts
     out = {}
     for ph in PHASES:
         c, m = parts[ph], _comm_parts(opset, comms, ph, count)

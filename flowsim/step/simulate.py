@@ -14,10 +14,11 @@ are reduced over the data- and context-parallel ranks together, as Megatron-LM d
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from flowsim.kernels import op_times
 from flowsim.kernels.calibration import job_stack
 from flowsim.model.host_costs import block_host_s
 from flowsim.model.workload import build_workload, model_flops_per_token
-from flowsim.step.blocks import PHASES, block_runs, block_times, ops_frame, paired_comm, pass_s
+from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, ops_frame, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
 from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
@@ -76,17 +77,25 @@ def _kernel_stack(cfg: SimConfig, gpu):
     return job_stack(gpu, t.software_release, cfg.cluster.power_limit_w, t.calibration, t.framework_version)
 
 
-# Seconds of every op of a workload's table, by (model, training config, GPU, kernel stack): the kernel model
-# is a pure function of the table and these (its measurement tables are read once per process), so the configs
-# that share them (a repeated estimate, the same job on another fabric) are priced once; the warnings the
-# pricing raised are re-issued at every reuse. The oldest is dropped past OP_TIMES_CACHE_SIZE entries.
+class _Priced(NamedTuple):
+    """A workload's op table priced on one GPU and kernel stack: seconds of one launch of each op (read-only),
+    each block's compute seconds by phase (:func:`flowsim.step.blocks.compute_parts`), the pricing's warnings."""
+
+    t_ops: np.ndarray
+    parts: dict
+    warnings: tuple
+
+
+# Priced op tables, by (model, training config, GPU, kernel stack): the kernel model is a pure function of the
+# table and these (its measurement tables are read once per process), so the configs that share them (a
+# repeated estimate, the same job on another fabric) are priced once; the warnings the pricing raised are
+# re-issued at every reuse. The oldest is dropped past OP_TIMES_CACHE_SIZE entries.
 _OP_TIMES: dict = {}
 OP_TIMES_CACHE_SIZE = 256
 
 
-def _op_seconds(cfg: SimConfig, wl, gpu) -> np.ndarray:
-    """Seconds of one launch of each op of ``wl.op_table`` (:func:`flowsim.kernels.op_times` of flowsim's own
-    table), read-only."""
+def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
+    """``wl.op_table`` priced by :func:`flowsim.kernels.op_times` (flowsim's own table: ``trusted``)."""
     stack = _kernel_stack(cfg, gpu)
     key = (cfg.model, cfg.training, gpu, stack)
     try:
@@ -98,23 +107,26 @@ def _op_seconds(cfg: SimConfig, wl, gpu) -> np.ndarray:
             warnings.simplefilter("always")
             t_ops = op_times(wl.op_table[0], gpu, stack=stack, trusted=True)
         t_ops.flags.writeable = False
-        hit = (t_ops, tuple(w.message for w in caught))
+        spans = wl.op_table[1]
+        hit = _Priced(t_ops, {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in spans.items()},
+                      tuple(w.message for w in caught))
         if key is not None:
             if len(_OP_TIMES) >= OP_TIMES_CACHE_SIZE:
                 del _OP_TIMES[next(iter(_OP_TIMES))]
             _OP_TIMES[key] = hit
-    for message in hit[1]:
+    for message in hit.warnings:
         warnings.warn(message, stacklevel=3)
-    return hit[0]
+    return hit
 
 
-def _block_kinds(cfg, wl, comms, t_ops, spans, runs) -> tuple:
+def _block_kinds(cfg, wl, comms, priced: _Priced, spans, runs) -> tuple:
     """Times of every block: (dense, MoE) layer kinds with their layer counts, the embedding, the head."""
     t, m = cfg.training, cfg.num_microbatches
     L, R, M, RM = wl.chunk_layers, wl.chunk_recompute_layers, wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
 
     def times(name, count):
-        return block_times(getattr(wl, name), t_ops[spans[name]], comms, t.tp_comm_overlap, count)
+        return block_times(getattr(wl, name), priced.t_ops[spans[name]], comms, t.tp_comm_overlap, count,
+                           parts=priced.parts[name])
 
     kinds = [(times("layer", int((L @ runs).max())), L - M, R - RM)]
     if wl.moe_layer is not None:
@@ -144,13 +156,13 @@ def _pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last) -> Pas
                      t.schedule in SPLIT_BACKWARD)
 
 
-def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, t_ops: np.ndarray, spans: dict) -> _Passes:
+def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, priced: _Priced, spans: dict) -> _Passes:
     """Per-stage, per-chunk pass times of one micro-batch (the step program) from the workload's blocks."""
     t, p, m = cfg.training, cfg.training.pp, cfg.num_microbatches
     v = wl.chunk_layers.shape[1]  # model chunks per stage (dualpipe: 2 with vpp 1)
     runs = microbatches_per_chunk(t.schedule, m, v)  # micro-batches through each chunk per step
     first, last = end_chunks(t.schedule, p, v)  # (stage, chunk) running the embedding, the LM head
-    kinds, emb, head = _block_kinds(cfg, wl, comms, t_ops, spans, runs)
+    kinds, emb, head = _block_kinds(cfg, wl, comms, priced, spans, runs)
     L = wl.chunk_layers
     fsdp_f = fsdp_b = first_gather = 0.0
     if zero_level(t) >= 3 and t.dp * t.cp > 1:
@@ -172,7 +184,7 @@ def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, t_ops: np.ndarray,
     hidden = paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" or t.paired_1f1b else None
     program = PipelineProgram(schedule=t.schedule, microbatches=m, fwd_s=fwd_s, bwd_s=bwd_s, p2p_s=p2p,
                               wgrad_s=wgrad_s, hidden=hidden, paired=t.paired_1f1b,
-                              host=_pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last),
+                              host=_pass_host(cfg, wl, ops, priced.t_ops, spans, kinds, emb, head, first, last),
                               p2p_sync=t.syncs_p2p, engine=t.pipeline_engine)
     return _Passes(program, kinds, emb, head, fsdp_f, fsdp_b, first_gather, runs, first, last)
 
@@ -279,8 +291,9 @@ def simulate(config=None, **overrides) -> Result:
     wl = build_workload(cfg)
     comms = _pricer(cfg, gpu)
     ops, spans = ops_frame(wl)
-    t_ops = _op_seconds(cfg, wl, gpu)
-    ps = _passes(cfg, wl, comms, ops, t_ops, spans)
+    priced = _op_seconds(cfg, wl, gpu)
+    t_ops = priced.t_ops
+    ps = _passes(cfg, wl, comms, ops, priced, spans)
     run = run_pipeline(ps.program, p2p_exposure=True)
     p = cfg.training.pp
     dp_x = [sum(dp_exposed(cfg, wl, comms, run.timeline, s)) for s in range(p)]
@@ -315,6 +328,12 @@ def _result(cfg, gpu, wl, comms, ps, run, step, mems, stages, timeline, hardware
         timeline=timeline)
 
 
+_ATOMS = frozenset((str, int, float, bool, type(None)))
+
+
 def _config_dict(cfg: SimConfig) -> dict:
-    return {"model": dataclasses.asdict(cfg.model), "cluster": dataclasses.asdict(cfg.cluster),
-            "training": dataclasses.asdict(cfg.training)}
+    """``dataclasses.asdict`` of the model, cluster and training configs (flat dataclasses), without its deep copy
+    of the immutable atoms that almost every field holds."""
+    return {part: {f.name: v if type(v) in _ATOMS else copy.deepcopy(v)
+                   for f in dataclasses.fields(obj) for v in (getattr(obj, f.name),)}
+            for part, obj in (("model", cfg.model), ("cluster", cfg.cluster), ("training", cfg.training))}
