@@ -18,7 +18,9 @@ class size times the link capacity: a link class carries ``sum_F a_LF * |F| * x_
 hops of one member of ``F`` in ``L``), which is the members' constraint ``sum_F (|F| a_LF / |L|) x_F <= C``
 summed over the class. This covers identical independent groups (the data-parallel rings of the eight rails,
 the pipeline pairs of a boundary: corresponding elements of identical components get one colour) and symmetric
-groups within one component (the ranks of an all-to-all inside a leaf). Hash ECMP that loads links unevenly
+groups within one component (the ranks of an all-to-all inside a leaf). Identical components are merged first
+by their canonical form (:func:`flowsim.network.components.identical`), which needs no rounds; refinement then
+runs on the components kept. Hash ECMP that loads links unevenly
 leaves the transfers it concerns in classes of their own: no approximation is made.
 
 Colours are refined by 64-bit hashes (splitmix64 mixing of a colour and the sums of hashed neighbour
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from flowsim.network.components import identical
 from flowsim.network.maxmin_kernels import _link_csr
 
 __all__ = ["Quotient", "quotient"]
@@ -307,17 +310,12 @@ class Quotient:
     n_link_classes: int
 
 
-def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.ndarray, size_bytes: np.ndarray,
-             release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray):
-    """The quotient of a checked transfer set (:func:`flowsim.network.netsim.simulate`'s arrays) by its coarsest
-    equitable partition; ``None`` when the classes are more than :data:`MAX_CLASS_FRACTION` of the transfers
-    (little to save), the refinement takes more than :data:`MAX_ROUNDS` rounds, or the partition fails its check
-    (a hash collision).
-
-    Returns
-    -------
-    Quotient or None
-    """
+def _equitable_quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.ndarray,
+                        size_bytes: np.ndarray, release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray,
+                        dep_idx: np.ndarray):
+    """The quotient by the coarsest equitable partition alone; ``None`` when the classes are more than
+    :data:`MAX_CLASS_FRACTION` of the transfers (little to save), the refinement takes more than
+    :data:`MAX_ROUNDS` rounds, or the partition fails its check (a hash collision)."""
     n, n_links = route_ptr.shape[0] - 1, capacity_Bps.shape[0]
     if n < 2:
         return None
@@ -340,3 +338,31 @@ def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.nd
     weights = np.bincount(tcol, minlength=n_tc).astype(np.float64)
     capacity = np.bincount(lcol[used], minlength=n_lc) * capacity_Bps[l_rep]
     return Quotient(capacity, q_ptr, q_links, q_dep_ptr, q_dep_idx, weights, t_rep, tcol, lcol, n_tc, n_lc)
+
+
+def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.ndarray, size_bytes: np.ndarray,
+             release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray):
+    """The quotient of a checked transfer set (:func:`flowsim.network.netsim.simulate`'s arrays): one component per
+    class of identical ones (:func:`flowsim.network.components.identical`, no refinement rounds needed), then the
+    kept transfers' coarsest equitable partition; ``None`` when neither saves anything.
+
+    Returns
+    -------
+    Quotient or None
+    """
+    red = identical(capacity_Bps, route_ptr, route_links, size_bytes, release_s, latency_s, dep_ptr, dep_idx)
+    if red is None:
+        return _equitable_quotient(capacity_Bps, route_ptr, route_links, size_bytes, release_s, latency_s, dep_ptr,
+                                   dep_idx)
+    t, cap = red.transfers, capacity_Bps[red.links]
+    q = _equitable_quotient(cap, red.route_ptr, red.route_links, size_bytes[t], release_s[t], latency_s[t],
+                            red.dep_ptr, red.dep_idx)
+    used = red.link_of >= 0
+    link_of = np.full(capacity_Bps.shape[0], -1, dtype=np.int64)
+    if q is None:  # the kept components as they are
+        link_of[used] = red.link_of[used]
+        return Quotient(cap, red.route_ptr, red.route_links, red.dep_ptr, red.dep_idx, np.ones(t.size), t,
+                        red.transfer_of, link_of, int(t.size), int(cap.size))
+    link_of[used] = q.link_of[red.link_of[used]]
+    return Quotient(q.capacity_Bps, q.route_ptr, q.route_links, q.dep_ptr, q.dep_idx, q.weights, t[q.transfers],
+                    q.transfer_of[red.transfer_of], link_of, q.n_classes, q.n_link_classes)
