@@ -1,60 +1,122 @@
-"""Speed of one step estimate: gpt3-175b on 1,024 H100 (TP8 PP8 DP16, GBS 1536).
+"""Speed of one step estimate: gpt3-175b on 1,024 H100 (TP8 PP8 DP16, GBS 1536), the README example.
 
-Run: ``python benchmarks/bench_estimate.py``. Prints the in-process time per config after compilation
-(median of repeated ``flowsim.simulate`` calls), the same against the reference path (the op table priced with
-its checks, ``op_times(trusted=False)``: the code before issue 22), interleaved call by call with min / median and
-the ratio, and the wall time of the whole ``flowsim estimate`` command with the numba cache warm. Figures, the
-machine and its load go into docs/PERFORMANCE.md.
+Run: ``python benchmarks/bench_estimate.py [--ref REV] [--repeat N]``. Prints, after compilation:
+
+* ``simulate(cfg)`` in-process, min / median of ``N`` calls (default 200): a repeated config, whose workload
+  and priced op table are reused (:func:`flowsim.model.workload.build_workload`, ``flowsim.step.simulate``);
+* the same with those caches cleared before each call: what a config seen for the first time pays (a tune
+  candidate, a validate row);
+* ``build_config`` + ``simulate``;
+* with ``--ref REV``: ``simulate(cfg)`` of the working tree against the code of git revision ``REV``
+  (``git archive`` into ``$TMPDIR/flowsim-bench-<rev>``, run in a worker process), interleaved in batches of
+  10 calls, min / median of each and the ratio of the medians; the worker's first call compiles that tree's
+  numba kernels into the per-user cache once (a minute);
+* the wall time of the whole ``flowsim estimate`` command with the numba cache warm, median of 5.
+
+Figures, the machine and its load go into docs/PERFORMANCE.md.
 """
 from __future__ import annotations
 
+import configparser
+import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import flowsim
+import flowsim.model.workload as workload
 import flowsim.step.simulate as step_simulate
-from flowsim.kernels import op_times
 from flowsim.step.simulate import simulate
 
 ARGS = dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, dp=16, gbs=1536, sp=True)
 CLI = ["flowsim", "estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100", "--gpus", "1024", "--tp", "8",
        "--pp", "8", "--dp", "16", "--gbs", "1536", "--sp"]
+BATCH = 10  # calls per interleaved batch
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _reference_op_times(ops, gpu, **kw):
-    return op_times(ops, gpu, **{**kw, "trusted": False})
-
-
-def _against_reference(cfg, repeats: int) -> str:
-    """``simulate`` and its reference path, alternating call by call: min / median ms of each, median ratio."""
-    fast, ref = [], []
-    for _ in range(repeats):
-        for is_ref in (False, True):
-            step_simulate.op_times = _reference_op_times if is_ref else op_times
-            t0 = time.perf_counter()
-            simulate(cfg)
-            (ref if is_ref else fast).append(time.perf_counter() - t0)
-    step_simulate.op_times = op_times
-    f, r = (f"{1e3 * min(x):.2f} / {1e3 * statistics.median(x):.2f} ms" for x in (fast, ref))
-    return f"simulate(cfg) {f}, reference {r}: {statistics.median(ref) / statistics.median(fast):.2f}x"
-
-
-def main(repeats: int = 50) -> None:
-    cfg = flowsim.build_config(**ARGS)
-    simulate(cfg)  # compile / warm caches
-    times = []
-    for _ in range(repeats):
+def _times(cfg, n: int, cold: bool = False) -> list:
+    """Seconds of ``n`` ``simulate(cfg)`` calls (``cold``: the workload and op-time caches cleared first)."""
+    out = []
+    for _ in range(n):
+        if cold:
+            workload._WORKLOADS.clear()
+            step_simulate._OP_TIMES.clear()
         t0 = time.perf_counter()
         simulate(cfg)
-        times.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _worker() -> None:
+    """Reference worker: reads a call count per line, answers the seconds of each call as a JSON list."""
+    cfg = flowsim.build_config(**ARGS)
+    simulate(cfg)
+    print(json.dumps({"flowsim": str(Path(flowsim.__file__).parent)}), flush=True)
+    for line in sys.stdin:
+        print(json.dumps(_times(cfg, int(line))), flush=True)
+
+
+def _ref_tree(rev: str) -> Path:
+    """The code of ``rev`` importable as ``flowsim`` (setup.cfg's package_dir mapped by symlinks)."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    tree = Path(tempfile.gettempdir()) / f"flowsim-bench-{sha}"
+    if not tree.exists():
+        tmp = Path(tempfile.mkdtemp(dir=tree.parent))
+        archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        cfg = configparser.ConfigParser()
+        cfg.read(tmp / "setup.cfg")
+        for line in cfg["options"]["package_dir"].strip().splitlines():
+            name, path = (x.strip() for x in line.split("="))
+            link = tmp / name.replace(".", "/")
+            if link != tmp / path:
+                link.symlink_to(tmp / path)
+        tmp.rename(tree)
+    return tree
+
+
+def _against(rev: str, cfg, rounds: int) -> str:
+    """``simulate(cfg)`` here and at ``rev``, interleaved batch by batch: min / median ms of each, median ratio."""
+    env = {**os.environ, "PYTHONPATH": str(_ref_tree(rev))}
+    proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env, cwd=tempfile.gettempdir())
+    where = json.loads(proc.stdout.readline())["flowsim"]
+    here, ref = [], []
+    for _ in range(rounds):
+        here += _times(cfg, BATCH)
+        proc.stdin.write(f"{BATCH}\n")
+        proc.stdin.flush()
+        ref += json.loads(proc.stdout.readline())
+    proc.stdin.close()
+    proc.wait()
+    h, r = (f"{1e3 * min(x):.2f} / {1e3 * statistics.median(x):.2f} ms" for x in (here, ref))
+    return (f"simulate(cfg) {h}, at {rev} ({where}) {r}: {statistics.median(ref) / statistics.median(here):.2f}x "
+            f"({len(here)} calls each, batches of {BATCH})")
+
+
+def _ms(x: list) -> str:
+    return f"{1e3 * min(x):.2f} / {1e3 * statistics.median(x):.2f} ms"
+
+
+def main(argv: list) -> None:
+    repeats = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 200
+    cfg = flowsim.build_config(**ARGS)
+    simulate(cfg)  # compile / warm caches
+    warm = _times(cfg, repeats)
+    cold = _times(cfg, max(1, repeats // 4), cold=True)
+    with_build = []
     for _ in range(repeats):
+        t0 = time.perf_counter()
         simulate(flowsim.build_config(**ARGS))
-    with_build = (time.perf_counter() - t0) / repeats
+        with_build.append(time.perf_counter() - t0)
+    against = _against(argv[argv.index("--ref") + 1], cfg, max(1, repeats // BATCH)) if "--ref" in argv else None
     subprocess.run(CLI, check=True, capture_output=True)  # warm the numba on-disk cache
     walls = []
     for _ in range(5):
@@ -63,11 +125,16 @@ def main(repeats: int = 50) -> None:
         walls.append(time.perf_counter() - t0)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {sys.version.split()[0]}, load average {os.getloadavg()}")
-    print(f"simulate(cfg) median over {repeats}: {1e3 * statistics.median(times):.2f} ms")
-    print(f"against the reference, {repeats} interleaved pairs: {_against_reference(cfg, repeats)}")
-    print(f"build_config + simulate mean: {1e3 * with_build:.2f} ms")
+    print(f"simulate(cfg), repeated config, min / median of {repeats}: {_ms(warm)}")
+    print(f"simulate(cfg), caches cleared (a new config), min / median of {len(cold)}: {_ms(cold)}")
+    print(f"build_config + simulate, min / median of {repeats}: {_ms(with_build)}")
+    if against:
+        print(f"against the reference: {against}")
     print(f"flowsim estimate command (warm cache) median of 5: {statistics.median(walls):.2f} s")
 
 
 if __name__ == "__main__":
-    main()
+    if "--worker" in sys.argv:
+        _worker()
+    else:
+        main(sys.argv[1:])
