@@ -33,6 +33,7 @@ from flowsim.config.layout import end_chunks
 from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
+from flowsim.model.memo import BoundedCache
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
 from flowsim.model.ops import (OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm, linear, memory,
                                split_pipelined_gemms, unfused_attention)
@@ -462,26 +463,14 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
 
 
 # Workloads built, by (model, training) config: the blocks read nothing else (the cluster does not change them),
-# and a Workload is immutable (frozen, read-only arrays), so configs that share both share one. Oldest dropped
-# past WORKLOAD_CACHE_SIZE entries (a few MB).
-_WORKLOADS: dict = {}
-WORKLOAD_CACHE_SIZE = 256
+# and a Workload is immutable (frozen, read-only arrays), so configs that share both share one; 256 kept (a few MB).
+_WORKLOADS = BoundedCache(256)
 
 
 def build_workload(cfg: SimConfig) -> Workload:
     """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig), built once per
     (model, training) pair and shared (treat it as read-only)."""
-    key = (cfg.model, cfg.training)
-    try:
-        wl = _WORKLOADS.get(key)
-    except TypeError:  # an unhashable field value (a user's list): built every time
-        return _build_workload(cfg)
-    if wl is None:
-        wl = _build_workload(cfg)
-        if len(_WORKLOADS) >= WORKLOAD_CACHE_SIZE:
-            del _WORKLOADS[next(iter(_WORKLOADS))]
-        _WORKLOADS[key] = wl
-    return wl
+    return _WORKLOADS.get((cfg.model, cfg.training), lambda: _build_workload(cfg))
 
 
 def _build_workload(cfg: SimConfig) -> Workload:

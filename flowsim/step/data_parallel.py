@@ -197,9 +197,9 @@ def bucket_ready(timeline, stage, nb) -> np.ndarray:
     starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
     order = np.argsort(ends)
     per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
-    chunk = np.repeat(order, per_chunk)
-    j = np.concatenate([np.arange(1, k + 1) for k in per_chunk])
-    return starts[chunk] + (ends[chunk] - starts[chunk]) * j / np.repeat(per_chunk, per_chunk)
+    chunk, n = np.repeat(order, per_chunk), np.repeat(per_chunk, per_chunk)
+    j = np.arange(1, nb + 1) - np.repeat(np.cumsum(per_chunk) - per_chunk, per_chunk)  # 1..k within each chunk
+    return starts[chunk] + (ends[chunk] - starts[chunk]) * j / n
 
 
 def stream_end_s(bucket_s, ready) -> float:

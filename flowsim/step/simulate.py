@@ -28,6 +28,7 @@ from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import op_times
 from flowsim.kernels.calibration import job_stack
 from flowsim.model.host_costs import block_host_s
+from flowsim.model.memo import BoundedCache
 from flowsim.model.workload import build_workload, model_flops_per_token
 from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, ops_frame, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
@@ -89,34 +90,27 @@ class _Priced(NamedTuple):
 # Priced op tables, by (model, training config, GPU, kernel stack): the kernel model is a pure function of the
 # table and these (its measurement tables are read once per process), so the configs that share them (a
 # repeated estimate, the same job on another fabric) are priced once; the warnings the pricing raised are
-# re-issued at every reuse. The oldest is dropped past OP_TIMES_CACHE_SIZE entries.
-_OP_TIMES: dict = {}
-OP_TIMES_CACHE_SIZE = 256
+# re-issued at every reuse. Stage memory, by (model, training config): it reads nothing else.
+_OP_TIMES = BoundedCache(256)
+_STAGE_MEMORY = BoundedCache(256)
 
 
 def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
     """``wl.op_table`` priced by :func:`flowsim.kernels.op_times` (flowsim's own table: ``trusted``)."""
     stack = _kernel_stack(cfg, gpu)
-    key = (cfg.model, cfg.training, gpu, stack)
-    try:
-        hit = _OP_TIMES.get(key)
-    except TypeError:  # an unhashable field value (a user's list): priced every time
-        hit, key = None, None
-    if hit is None:
+
+    def price():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t_ops = op_times(wl.op_table[0], gpu, stack=stack, trusted=True)
         t_ops.flags.writeable = False
-        spans = wl.op_table[1]
-        hit = _Priced(t_ops, {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in spans.items()},
-                      tuple(w.message for w in caught))
-        if key is not None:
-            if len(_OP_TIMES) >= OP_TIMES_CACHE_SIZE:
-                del _OP_TIMES[next(iter(_OP_TIMES))]
-            _OP_TIMES[key] = hit
-    for message in hit.warnings:
+        parts = {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in wl.op_table[1].items()}
+        return _Priced(t_ops, parts, tuple(w.message for w in caught))
+
+    priced = _OP_TIMES.get((cfg.model, cfg.training, gpu, stack), price)
+    for message in priced.warnings:
         warnings.warn(message, stacklevel=3)
-    return hit
+    return priced
 
 
 def _block_kinds(cfg, wl, comms, priced: _Priced, spans, runs) -> tuple:
@@ -298,7 +292,7 @@ def simulate(config=None, **overrides) -> Result:
     p = cfg.training.pp
     dp_x = [sum(dp_exposed(cfg, wl, comms, run.timeline, s)) for s in range(p)]
     opt_s = optimizer_s(cfg, wl, gpu)
-    mems = [stage_memory(cfg, wl, s) for s in range(p)]
+    mems = _STAGE_MEMORY.get((cfg.model, cfg.training), lambda: tuple(stage_memory(cfg, wl, s) for s in range(p)))
     step, _ = step_end_s(run.timeline, np.asarray(dp_x), opt_s)
     result = _result(cfg, gpu, wl, comms, ps, run, step, mems,
                      _stage_breakdowns(wl, ps, run, dp_x, opt_s, mems, step),

@@ -1,0 +1,34 @@
+"""A bounded cache of values built once per key, for the analytic step's immutable intermediates (workloads,
+priced op tables, stage memory) shared by the configs that agree on what they are built from."""
+from __future__ import annotations
+
+from typing import Callable, Hashable
+
+
+class BoundedCache:
+    """Values built once per hashable key and kept, the oldest dropped past ``size`` entries; a key holding an
+    unhashable value (a user's list in a config field) builds every time. Values must be immutable: every
+    caller gets the same object."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._store: dict = {}
+
+    def get(self, key: Hashable, build: Callable[[], object]):
+        """The value of ``key``, built by ``build()`` on a miss."""
+        try:
+            value = self._store.get(key)
+        except TypeError:
+            return build()
+        if value is None:
+            value = build()
+            if len(self._store) >= self.size:
+                del self._store[next(iter(self._store))]
+            self._store[key] = value
+        return value
+
+    def clear(self) -> None:
+        self._store.clear()
+
+    def __len__(self) -> int:
+        return len(self._store)
