@@ -2,8 +2,8 @@
 
 Run: ``python benchmarks/bench_estimate.py [--ref REV] [--repeat N]``. Prints, after compilation:
 
-* ``simulate(cfg)`` in-process, min / median of ``N`` calls (default 200): a repeated config, whose workload
-  and priced op table are reused (:func:`flowsim.model.workload.build_workload`, ``flowsim.step.simulate``);
+* ``simulate(cfg)`` in-process, min / median of ``N`` calls (default 200): a repeated config, whose workload,
+  priced op table and stage memory are reused (:func:`flowsim.model.workload.build_workload`, ``flowsim.step.simulate``);
 * the same with those caches cleared before each call: what a config seen for the first time pays (a tune
   candidate, a validate row);
 * ``build_config`` + ``simulate``;
@@ -41,12 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _times(cfg, n: int, cold: bool = False) -> list:
-    """Seconds of ``n`` ``simulate(cfg)`` calls (``cold``: the workload and op-time caches cleared first)."""
+    """Seconds of ``n`` ``simulate(cfg)`` calls (``cold``: the workload, op-time and memory caches cleared
+    first)."""
     out = []
     for _ in range(n):
         if cold:
-            workload._WORKLOADS.clear()
-            step_simulate._OP_TIMES.clear()
+            for cache in (workload._WORKLOADS, step_simulate._OP_TIMES, step_simulate._STAGE_MEMORY):
+                cache.clear()
         t0 = time.perf_counter()
         simulate(cfg)
         out.append(time.perf_counter() - t0)
