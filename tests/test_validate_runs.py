@@ -7,15 +7,20 @@ import csv
 import json
 import math
 import re
+import warnings
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowsim
 from flowsim.errors import ConfigError
 from flowsim.validation.runs import (REQUIRED_COLUMNS, ErrorSummary, read_runs, row_to_config, summarize,
                                      validate_runs)
+from flowsim.validation.runs_compare import spearman
 
 RUNS = "curated/training_runs_public.csv"
 
@@ -79,6 +84,16 @@ def test_summarize_known_answers():
     # ranks: predicted (1, 2, 3.5, 3.5), measured (1, 2, 3, 4); Pearson of the ranks
     # deviations (-1.5, -0.5, 1, 1) and (-1.5, -0.5, 0.5, 1.5): cov 4.5, var 4.5 and 5
     assert s.spearman == pytest.approx(4.5 / math.sqrt(4.5 * 5))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.floats(0.1, 100.0)), min_size=2, max_size=40))
+def test_spearman_is_scipys(pairs):
+    from scipy import stats
+
+    a, b = (np.array(x, dtype=float) for x in zip(*pairs))  # small integers in a: many ties
+    if np.ptp(a) > 0 and np.ptp(b) > 0:
+        assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b).statistic, abs=1e-12)
 
 
 def test_summarize_empty_and_single():
@@ -265,6 +280,26 @@ def test_rows_with_the_same_cells_or_config_are_simulated_once(tmp_path):
     assert [c.model.name for c in fake.configs] == ["m1", "m2"]
     assert [(r.id, r.predicted_step_time_s, r.error_pct) for r in report.rows] == [
         (1, 2.0, 100.0), (2, 2.0, 0.0), (3, 2.0, -50.0), (4, 3.0, 200.0)]
+
+
+class WarningSimulate(FakeSimulate):
+    """FakeSimulate that warns once per model, as the kernel model does for a release without measurements."""
+
+    def __call__(self, cfg):
+        warnings.warn(f"stand-in warning for {cfg.model.name}", UserWarning)
+        return super().__call__(cfg)
+
+
+def test_jobs_pass_the_workers_warnings_on(tmp_path):
+    rows = [{"id": i, "model": f"m{i % 3}", "num_layers": 4 + i} for i in range(1, 30)]
+    path = write_runs(tmp_path / "runs.csv", rows)
+    seen = {}
+    for jobs in (1, 2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            validate_runs(path, simulate=WarningSimulate(), jobs=jobs)
+        seen[jobs] = {str(w.message) for w in caught}
+    assert seen[2] == seen[1] == {f"stand-in warning for m{i}" for i in range(3)}
 
 
 def test_jobs_give_the_in_process_report_and_name_unexpected_errors(tmp_path):

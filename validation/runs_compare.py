@@ -81,7 +81,7 @@ class ErrorSummary:
         90th percentile of ``|error_pct|`` (linear interpolation between order statistics, numpy's
         default).
     spearman : float
-        Spearman rank correlation of predicted and measured step times (``scipy.stats.spearmanr``);
+        Spearman rank correlation of predicted and measured step times (:func:`spearman`);
         NaN for fewer than two rows or when either set of times is constant.
     """
 
@@ -144,11 +144,18 @@ class ValidationReport:
                 f"p90_abs_error_pct={s.p90_abs_error_pct:.3g}, spearman={s.spearman:.3g})")
 
 
-def _spearmanr(a, b):
-    """scipy.stats.spearmanr, imported on first use (scipy.stats takes most of a second to import)."""
-    from scipy import stats
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``x``, ties given the mean of the ranks they span (``scipy.stats.rankdata``'s default)."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # rank of the last of each group of equal values
+    return ((last - (counts - 1) / 2.0))[inverse]
 
-    return stats.spearmanr(a, b)
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation: the Pearson correlation of the average ranks (``scipy.stats.spearmanr``'s
+    statistic, without importing scipy.stats, which takes over a second); needs two or more values in each, not
+    all equal."""
+    return float(np.corrcoef(_average_ranks(np.asarray(a)), _average_ranks(np.asarray(b)))[0, 1])
 
 
 def summarize(predicted_s, measured_s) -> ErrorSummary:
@@ -173,6 +180,6 @@ def summarize(predicted_s, measured_s) -> ErrorSummary:
         return ErrorSummary(0, math.nan, math.nan, math.nan, math.nan)
     abs_err = np.abs((predicted_s - measured_s) / measured_s * 100.0)
     defined = n >= 2 and np.ptp(predicted_s) > 0 and np.ptp(measured_s) > 0
-    rho = float(_spearmanr(predicted_s, measured_s).statistic) if defined else math.nan
+    rho = spearman(predicted_s, measured_s) if defined else math.nan
     return ErrorSummary(n=n, median_abs_error_pct=float(np.median(abs_err)), mape_pct=float(np.mean(abs_err)),
                         p90_abs_error_pct=float(np.percentile(abs_err, 90)), spearman=rho)

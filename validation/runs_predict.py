@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import operator
 import os
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable
@@ -112,13 +113,18 @@ class RowPredictor:
             return f"{type(e).__name__}: {e}"
 
 
-def _signatures(rows: list) -> list:
-    """Per row, the cells its prediction depends on (all but ``line``, ``id`` and the measurement; NaN as None,
-    so that two empty cells compare equal). The rows share their keys, as those of
+CLUSTER_COLUMNS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps_per_gpu", "power_limit_w")
+"""Cells that set only the cluster: rows that differ in nothing else share their workload
+(:func:`flowsim.model.workload.build_workload` keeps one per model and training config)."""
+
+
+def _signatures(rows: list, skip: tuple = ()) -> list:
+    """Per row, the cells its prediction depends on (all but ``line``, ``id``, the measurement and ``skip``; NaN
+    as None, so that two empty cells compare equal). The rows share their keys, as those of
     :func:`~flowsim.validation.runs_read.read_run_records` do."""
     if not rows:
         return []
-    cells = operator.itemgetter(*(k for k in rows[0] if k not in ("line", "id", "measured_step_time_s")))
+    cells = operator.itemgetter(*(k for k in rows[0] if k not in ("line", "id", "measured_step_time_s", *skip)))
     return [tuple(v if v == v else None for v in cells(row)) for row in rows]  # v != v: NaN
 
 
@@ -132,8 +138,13 @@ def _init_worker(predictor: RowPredictor, parent_pid: int) -> None:
     _WORKER[:] = [predictor]
 
 
-def _predict_chunk(rows: list) -> list:
-    return [_WORKER[0].predict(row) for row in rows]
+def _predict_chunk(rows: list) -> tuple[list, list]:
+    """Predictions of ``rows`` and the distinct warnings they raised (for the parent to issue: its filters
+    print each once per command, where two workers would print it twice)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predictions = [_WORKER[0].predict(row) for row in rows]
+    return predictions, list({(str(w.message), w.category): None for w in caught})
 
 
 def predict_rows(rows: list, predictor: RowPredictor, jobs: int = 1, progress: bool = False) -> list:
@@ -166,9 +177,15 @@ def predict_rows(rows: list, predictor: RowPredictor, jobs: int = 1, progress: b
             done[i] = predictor.predict(rows[i])
             bar.advance(1)
         rest = distinct[len(local):]
-        if rest:
-            for indices, predictions in _on_pool(rows, rest, predictor, jobs):
+        if rest:  # rows that share a workload go to one worker, which builds it once
+            groups: dict = {}
+            for i, sig in zip(rest, _signatures([rows[i] for i in rest], CLUSTER_COLUMNS)):
+                groups.setdefault(sig, []).append(i)
+            rest = [i for group in groups.values() for i in group]
+            for indices, (predictions, caught) in _on_pool(rows, rest, predictor, jobs):
                 done.update(zip(indices, predictions))
+                for message, category in caught:
+                    warnings.warn(message, category, stacklevel=1)
                 bar.advance(len(indices))
     finally:
         bar.close()
@@ -176,7 +193,8 @@ def predict_rows(rows: list, predictor: RowPredictor, jobs: int = 1, progress: b
 
 
 def _on_pool(rows: list, indices: list, predictor: RowPredictor, jobs: int):
-    """Yield ``(indices, predictions)`` of chunks of ``rows[indices]`` as ``jobs`` worker processes finish them."""
+    """Yield ``(indices, (predictions, warnings))`` of chunks of ``rows[indices]`` as ``jobs`` worker processes
+    finish them."""
     from flowsim.explore.lifetime import sigterm_as_exit, terminate_workers
 
     size = max(1, min(MAX_CHUNK, len(indices) // (8 * jobs)))
