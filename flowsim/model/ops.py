@@ -66,21 +66,29 @@ class CommOp(NamedTuple):
 
 @dataclass(frozen=True)
 class OpSet:
-    """Compute (an op table) and communication (CommOp tuples) of one block, one micro-batch, one GPU."""
+    """Compute ops and communication (CommOp tuples) of one block, one micro-batch, one GPU: ``columns``, the op
+    table's columns (:data:`COMPUTE_COLUMNS`, read-only numpy arrays, :func:`finish`), and its :attr:`compute`
+    view as a DataFrame."""
 
-    compute: pd.DataFrame
+    columns: dict
     comms: tuple
 
     @cached_property
+    def compute(self) -> pd.DataFrame:
+        """The op table (:mod:`flowsim.kernels.ops` schema), a DataFrame built on first use (a copy: the step
+        reads :attr:`columns` and :attr:`arrays`)."""
+        return pd.DataFrame(self.columns)
+
+    @cached_property
     def arrays(self) -> dict:
-        """The op table as read-only numpy arrays, converted once per block (the step reads them every call):
-        columns ``name``, ``kind``, ``phase`` (str), ``count`` (int64), ``flops`` (float64), and boolean row
-        classes ``wgrad`` / ``dgrad`` (names ending ``.wgrad`` / ``.dgrad``), ``gemm``, ``attn`` (attention
-        kernels) and ``shared`` (shared-expert ops, names starting ``shared_``)."""
-        c = self.compute
-        name, kind = c["name"].to_numpy(dtype=str), c["kind"].to_numpy(dtype=str)
-        out = {"name": name, "kind": kind, "phase": c["phase"].to_numpy(dtype=str),
-               "count": c["count"].to_numpy(dtype=np.int64), "flops": c["flops"].to_numpy(dtype=np.float64),
+        """What the step reads of the op table every call, converted once per block (read-only): columns
+        ``name``, ``kind``, ``phase`` (str), ``count`` (int64), ``flops`` (float64), and boolean row classes
+        ``wgrad`` / ``dgrad`` (names ending ``.wgrad`` / ``.dgrad``), ``gemm``, ``attn`` (attention kernels) and
+        ``shared`` (shared-expert ops, names starting ``shared_``)."""
+        c = self.columns
+        name, kind = c["name"].astype(str), c["kind"].astype(str)
+        out = {"name": name, "kind": kind, "phase": c["phase"].astype(str),
+               "count": c["count"].astype(np.int64), "flops": c["flops"].astype(np.float64),
                "wgrad": np.char.endswith(name, ".wgrad"), "dgrad": np.char.endswith(name, ".dgrad"),
                "gemm": kind == "gemm", "attn": (kind == "attn_fwd") | (kind == "attn_bwd"),
                "shared": np.char.startswith(name, "shared_")}
@@ -140,13 +148,14 @@ def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:
     """``opset`` with its FP8 quantisation kernels (the ``.cast_in``, ``.cast_grad`` and ``.transpose`` rows
     :func:`quantize` builds for delayed scaling) re-priced for ``recipe`` (:data:`FP8_RECIPE_BYTES`)."""
     cast, wgrad_copy = FP8_RECIPE_BYTES[recipe]
-    c = opset.compute.copy()
-    names = c["name"]
+    c = opset.columns
+    nbytes = c["bytes"].copy()
     for suffixes, per, base in (((".cast_in", ".cast_grad"), cast, FP8_CAST_BYTES_PER_ELEM),
                                 ((".transpose",), wgrad_copy, FP8_TRANSPOSE_BYTES_PER_ELEM)):
-        sel = (c["kind"] == "memory") & names.str.endswith(suffixes)
-        c.loc[sel, "bytes"] = c.loc[sel, "bytes"] * (per / base)
-    return OpSet(compute=c, comms=opset.comms)
+        sel = (c["kind"] == "memory") & np.array([n.endswith(suffixes) for n in c["name"]], dtype=bool)
+        nbytes[sel] = nbytes[sel] * (per / base)
+    nbytes.flags.writeable = False
+    return OpSet(columns={**c, "bytes": nbytes}, comms=opset.comms)
 
 
 # How Transformer Engine userbuffers run each pipelined tensor-parallel collective (``tp_comm_overlap``; the defaults
@@ -276,8 +285,8 @@ INT_COLUMNS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "h
 
 
 def finish(rows, comms) -> OpSet:
-    """The :class:`OpSet` of a block: compute rows as one op table (every column of COMPUTE_COLUMNS, absent
-    shape fields 0), collectives as a tuple."""
+    """The :class:`OpSet` of a block: compute rows as the columns of one op table (every column of
+    COMPUTE_COLUMNS, absent shape fields 0; numpy arrays, strings as objects), collectives as a tuple."""
     cols = {}
     for c in COMPUTE_COLUMNS:
         if c in INT_COLUMNS:
@@ -287,5 +296,6 @@ def finish(rows, comms) -> OpSet:
         elif c in ("flops", "bytes"):
             cols[c] = np.array([r[c] for r in rows], dtype=np.float64)
         else:
-            cols[c] = [r[c] for r in rows]
-    return OpSet(compute=pd.DataFrame(cols), comms=tuple(comms))
+            cols[c] = np.array([r[c] for r in rows], dtype=object)
+        cols[c].flags.writeable = False
+    return OpSet(columns=cols, comms=tuple(comms))

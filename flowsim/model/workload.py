@@ -35,8 +35,8 @@ from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.memo import BoundedCache
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
-from flowsim.model.ops import (OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm, linear, memory,
-                               split_pipelined_gemms, unfused_attention)
+from flowsim.model.ops import (COMPUTE_COLUMNS, OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm,
+                               linear, memory, split_pipelined_gemms, unfused_attention)
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -101,9 +101,10 @@ class Workload:
             blocks["moe_layer"] = self.moe_layer
         spans, start = {}, 0
         for name, ops in blocks.items():
-            spans[name] = slice(start, start + len(ops.compute))
-            start += len(ops.compute)
-        frame = pd.concat([ops.compute for ops in blocks.values()], ignore_index=True)
+            spans[name] = slice(start, start + len(ops.columns["name"]))
+            start += len(ops.columns["name"])
+        frame = pd.DataFrame({k: np.concatenate([ops.columns[k] for ops in blocks.values()])
+                              for k in COMPUTE_COLUMNS})
         arrays = {k: np.concatenate([ops.arrays[k] for ops in blocks.values()]) for k in self.layer.arrays}
         for a in arrays.values():
             a.flags.writeable = False

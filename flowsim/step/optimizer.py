@@ -49,9 +49,8 @@ def weight_tensors(opset, add_bias: bool, norm_bias: bool) -> int:
     """Parameter tensors of one block, from its forward op rows: a weight per linear layer (plus a bias with
     ``add_bias``) and per norm (plus a bias with ``norm_bias``, LayerNorm); grouped experts count as one tensor
     per GEMM."""
-    c = opset.compute
-    rows = [(n, k) for n, k, ph in zip(c["name"].to_numpy(), c["kind"].to_numpy(), c["phase"].to_numpy())
-            if ph == "fwd"]
+    c = opset.columns
+    rows = [(n, k) for n, k, ph in zip(c["name"], c["kind"], c["phase"]) if ph == "fwd"]
     linear = sum(k == "gemm" and not n.startswith(ATTENTION_GEMMS) for n, k in rows)
     norms = sum(n.endswith("norm") for n, _ in rows)
     return linear * (2 if add_bias else 1) + norms * (2 if norm_bias else 1)
