@@ -4,7 +4,9 @@ A row's whole path (row -> config -> simulation -> invariant check) runs where t
 ``jobs`` workers the parent only reads the file, hands out chunks of rows and collects one small
 :class:`Prediction` per row: nothing it does grows with the cost of a simulation. Rows whose cells (all but
 ``id`` and ``measured_step_time_s``) are identical are predicted once; in each process, rows that map to the
-same config (:func:`flowsim.explore.point.config_key`) are simulated once.
+same config (:func:`flowsim.explore.point.config_key`) are simulated once. Rows that differ only in their
+:data:`CLUSTER_COLUMNS` are handed to the same worker, so that their shared workload is built once. The workers'
+warnings are passed to the parent, whose filters print each once.
 """
 from __future__ import annotations
 
