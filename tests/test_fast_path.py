@@ -78,3 +78,39 @@ def test_trusted_columns_are_validate_ops_columns():
     assert slow.keys() == fast.keys()
     for col, vals in slow.items():
         assert vals.dtype == fast[col].dtype and np.array_equal(vals, fast[col]), col
+
+
+def test_bounded_cache_builds_once_per_key_and_drops_the_oldest():
+    from flowsim.model.memo import BoundedCache
+
+    built = []
+    cache = BoundedCache(2)
+
+    def get(key):
+        return cache.get(key, lambda: built.append(key) or f"v{len(built)}")
+
+    assert [get("a"), get("a"), get("b"), get("a")] == ["v1", "v1", "v2", "v1"]
+    assert get("c") == "v3" and len(cache) == 2  # "a" (oldest) dropped
+    assert get("a") == "v4" and built == ["a", "b", "c", "a"]
+    assert get(("x", [1])) == "v5" and get(("x", [1])) == "v6" and len(cache) == 2  # unhashable: never kept
+
+
+def test_a_reused_priced_table_repeats_its_warning():
+    from flowsim.errors import FlowsimWarning
+
+    cfg = flowsim.build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=8, gbs=8, precision="fp8",
+                               software_release="megatron-bridge-25.11")
+    for _ in range(2):  # priced, then reused
+        with pytest.warns(FlowsimWarning, match=r"software_release megatron-bridge-25.11: no h100-sxm fp8 GEMM"):
+            flowsim.simulate(cfg)
+
+
+def test_cached_intermediates_are_read_only():
+    cfg = flowsim.build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=8, gbs=8)
+    r = flowsim.simulate(cfg)
+    wl = step_simulate.build_workload(cfg)
+    assert wl is step_simulate.build_workload(cfg)
+    for a in (r.timeline.op_time_s, wl.chunk_layers, wl.layer.columns["flops"], wl.layer.arrays["name"],
+              wl.op_table[2]["count"]):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = a[0]

@@ -2,6 +2,7 @@
 priced op tables, stage memory) shared by the configs that agree on what they are built from."""
 from __future__ import annotations
 
+import threading
 from typing import Callable, Hashable
 
 
@@ -13,6 +14,7 @@ class BoundedCache:
     def __init__(self, size: int):
         self.size = size
         self._store: dict = {}
+        self._lock = threading.Lock()
 
     def get(self, key: Hashable, build: Callable[[], object]):
         """The value of ``key``, built by ``build()`` on a miss."""
@@ -22,13 +24,15 @@ class BoundedCache:
             return build()
         if value is None:
             value = build()
-            if len(self._store) >= self.size:
-                del self._store[next(iter(self._store))]
-            self._store[key] = value
+            with self._lock:  # a service's threads may miss together
+                while len(self._store) >= self.size:
+                    del self._store[next(iter(self._store))]
+                self._store[key] = value
         return value
 
     def clear(self) -> None:
-        self._store.clear()
+        with self._lock:
+            self._store.clear()
 
     def __len__(self) -> int:
         return len(self._store)
