@@ -189,10 +189,12 @@ def _stage_breakdowns(wl, ps: _Passes, run, dp_x, opt_s, mems, step: float) -> t
     # expert all-to-all time that DualPipe's pairing hid: the passes' full times less what the stages ran
     hid = (prog.fwd_s + prog.bwd_s) @ runs - tl.busy_s if prog.hidden is not None else np.zeros(len(dp_x))
     stages = []
+    per_stage = [(blk, (n_l @ runs).tolist(), (n_r @ runs).tolist()) for blk, n_l, n_r in ps.kinds]  # layer runs
+    layer_runs = (wl.chunk_layers @ runs).tolist()
     for s in range(len(dp_x)):
         tot = dict.fromkeys(("compute", "tp", "cp", "ep"), 0.0)
-        for blk, n_l, n_r in ps.kinds:
-            nl, nr = int(n_l[s] @ runs), int(n_r[s] @ runs)
+        for blk, n_ls, n_rs in per_stage:
+            nl, nr = n_ls[s], n_rs[s]
             for key in tot:
                 tot[key] += nl * (blk[f"{key}_fwd"] + blk[f"{key}_bwd"]) + nr * blk[f"{key}_recompute"]
         n_emb, n_head = (sum(int(runs[c]) for sc, c in ends if sc == s) for ends in (ps.first, ps.last))
@@ -200,7 +202,7 @@ def _stage_breakdowns(wl, ps: _Passes, run, dp_x, opt_s, mems, step: float) -> t
             tot["compute"] += n * (blk["compute_fwd"] + blk["compute_bwd"])
             tot["tp"] += n * (blk["tp_fwd"] + blk["tp_bwd"])
         tot["ep"] -= max(0.0, float(hid[s]))
-        dp_c = int(wl.chunk_layers[s] @ runs) * (ps.fsdp_f + ps.fsdp_b) + dp_x[s] + n_emb * ps.first_gather
+        dp_c = layer_runs[s] * (ps.fsdp_f + ps.fsdp_b) + dp_x[s] + n_emb * ps.first_gather
         busy = sum(tot.values()) + dp_c + opt_s[s] + run.pp_exposed_s
         stages.append(StageBreakdown(stage=s, compute_s=tot["compute"], tp_comm_s=tot["tp"], cp_comm_s=tot["cp"],
                                      ep_comm_s=tot["ep"], pp_comm_s=run.pp_exposed_s, dp_comm_s=dp_c,
