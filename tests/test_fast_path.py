@@ -114,3 +114,26 @@ def test_cached_intermediates_are_read_only():
               wl.op_table[2]["count"]):
         with pytest.raises(ValueError, match="read-only"):
             a[0] = a[0]
+
+
+def _bucket_ready_reference(timeline, stage, nb):
+    """bucket_ready as first written (vectorised over buckets): the slow reference of the per-chunk loop."""
+    starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
+    order = np.argsort(ends)
+    per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
+    chunk = np.repeat(order, per_chunk)
+    j = np.concatenate([np.arange(1, k + 1) for k in per_chunk])
+    return starts[chunk] + (ends[chunk] - starts[chunk]) * j / np.repeat(per_chunk, per_chunk)
+
+
+def test_bucket_ready_equals_its_reference():
+    from types import SimpleNamespace
+
+    from flowsim.step.data_parallel import bucket_ready
+
+    rng = np.random.default_rng(22)
+    for _ in range(500):
+        v, stage, nb = int(rng.integers(1, 5)), int(rng.integers(0, 3)), int(rng.integers(1, 100))
+        starts = rng.random((3, v)) * 10
+        tl = SimpleNamespace(last_bwd_start_s=starts, last_bwd_end_s=starts + rng.random((3, v)) * 3)
+        assert np.array_equal(bucket_ready(tl, stage, nb), _bucket_ready_reference(tl, stage, nb))

@@ -195,11 +195,12 @@ def bucket_ready(timeline, stage, nb) -> np.ndarray:
     """When each of ``nb`` gradient buckets of a stage is ready, seconds: evenly over the last backward of its
     chunk (chunks in order of completion)."""
     starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
-    order = np.argsort(ends)
-    per_chunk = nb // order.size + (np.arange(order.size) < nb % order.size)
-    chunk, n = np.repeat(order, per_chunk), np.repeat(per_chunk, per_chunk)
-    j = np.arange(1, nb + 1) - np.repeat(np.cumsum(per_chunk) - per_chunk, per_chunk)  # 1..k within each chunk
-    return starts[chunk] + (ends[chunk] - starts[chunk]) * j / n
+    v = ends.size
+    pieces = []
+    for i, c in enumerate(np.argsort(ends).tolist()):  # a stage's chunks: one or a few
+        k = nb // v + (i < nb % v)  # buckets of this chunk
+        pieces.append(starts[c] + (ends[c] - starts[c]) * np.arange(1, k + 1) / k)
+    return np.concatenate(pieces)
 
 
 def stream_end_s(bucket_s, ready) -> float:
