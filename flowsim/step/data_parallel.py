@@ -206,5 +206,7 @@ def bucket_ready(timeline, stage, nb) -> np.ndarray:
 def stream_end_s(bucket_s, ready) -> float:
     """End of buckets reduced one after another on one stream, seconds: ``finish_k = max(finish_{k-1},
     ready_k) + t_k``, i.e. ``S_n + max_k (ready_k - S_{k-1})`` with ``S_k`` the cumulative bucket seconds."""
-    before = np.concatenate([[0.0], np.cumsum(bucket_s)[:-1]])
-    return float(bucket_s.sum() + np.max(ready - before))
+    before = np.empty(bucket_s.size)  # S_{k-1}
+    before[0] = 0.0
+    np.cumsum(bucket_s[:-1], out=before[1:])
+    return float(bucket_s.sum() + (ready - before).max())
