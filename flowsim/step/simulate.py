@@ -188,16 +188,23 @@ def _stage_breakdowns(wl, ps: _Passes, run, dp_x, opt_s, mems, step: float) -> t
     tl, runs, prog = run.timeline, ps.runs, ps.program
     # expert all-to-all time that DualPipe's pairing hid: the passes' full times less what the stages ran
     hid = (prog.fwd_s + prog.bwd_s) @ runs - tl.busy_s if prog.hidden is not None else np.zeros(len(dp_x))
-    stages = []
-    per_stage = [(blk, (n_l @ runs).tolist(), (n_r @ runs).tolist()) for blk, n_l, n_r in ps.kinds]  # layer runs
+    stages, keys = [], ("compute", "tp", "cp", "ep")
+    # per layer kind: its layer and recomputed-layer runs per stage, and per key its fwd + bwd and recompute seconds
+    per_kind = [((n_l @ runs).tolist(), (n_r @ runs).tolist(),
+                 [(blk[f"{k}_fwd"] + blk[f"{k}_bwd"], blk[f"{k}_recompute"]) for k in keys])
+                for blk, n_l, n_r in ps.kinds]
     layer_runs = (wl.chunk_layers @ runs).tolist()
+    end_runs = [[0] * len(dp_x), [0] * len(dp_x)]  # per stage: micro-batches through the embedding, the head
+    for i, ends in enumerate((ps.first, ps.last)):
+        for sc, c in ends:
+            end_runs[i][sc] += int(runs[c])
     for s in range(len(dp_x)):
-        tot = dict.fromkeys(("compute", "tp", "cp", "ep"), 0.0)
-        for blk, n_ls, n_rs in per_stage:
+        tot = dict.fromkeys(keys, 0.0)
+        for n_ls, n_rs, secs in per_kind:
             nl, nr = n_ls[s], n_rs[s]
-            for key in tot:
-                tot[key] += nl * (blk[f"{key}_fwd"] + blk[f"{key}_bwd"]) + nr * blk[f"{key}_recompute"]
-        n_emb, n_head = (sum(int(runs[c]) for sc, c in ends if sc == s) for ends in (ps.first, ps.last))
+            for key, (fb, rc) in zip(keys, secs):
+                tot[key] += nl * fb + nr * rc
+        n_emb, n_head = end_runs[0][s], end_runs[1][s]
         for blk, n in ((ps.emb, n_emb), (ps.head, n_head)):
             tot["compute"] += n * (blk["compute_fwd"] + blk["compute_bwd"])
             tot["tp"] += n * (blk["tp_fwd"] + blk["tp_bwd"])
