@@ -3,7 +3,8 @@
 Run: ``python benchmarks/bench_estimate.py [--ref REV] [--repeat N]``. Prints, after compilation:
 
 * ``simulate(cfg)`` in-process, min / median of ``N`` calls (default 200): a repeated config, whose workload,
-  priced op table and stage memory are reused (:func:`flowsim.model.workload.build_workload`, ``flowsim.step.simulate``);
+  priced op table and stage memory are reused (:func:`flowsim.model.workload.build_workload`,
+  ``flowsim.step.simulate``);
 * the same with those caches cleared before each call: what a config seen for the first time pays (a tune
   candidate, a validate row);
 * ``build_config`` + ``simulate``;
