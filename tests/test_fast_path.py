@@ -37,7 +37,8 @@ def test_simulate_equals_the_frozen_results(i):
     got = make_fast_path_data.result_numbers(flowsim.simulate(flowsim.build_config(**kw)))
     assert got.keys() >= expected.keys(), f"{kw}: missing {sorted(expected.keys() - got.keys())[:5]}"
     bad = [k for k, v in expected.items() if got[k] != pytest.approx(v, rel=RTOL, abs=ABS_S)]
-    assert not bad, f"{kw}: " + ", ".join(f"{k} {got[k]!r} != {expected[k]!r}" for k in bad[:5])
+    assert not bad, (f"{kw}: " + ", ".join(f"{k} {got[k]!r} != {expected[k]!r}" for k in bad[:5])
+                     + " (a change meant to move the numbers: rerun python tests/make_fast_path_data.py)")
 
 
 @st.composite
