@@ -17,7 +17,7 @@ from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
 from flowsim.step.memory import stage_memory
 from flowsim.explore.time_limit import time_limit
-from flowsim.step.simulate import simulate
+from flowsim.step.simulate import _STAGE_MEMORY, simulate
 from flowsim.explore.space import Layout
 from flowsim.model.workload import build_workload
 
@@ -30,16 +30,58 @@ def config_dict(cfg: SimConfig) -> dict:
             "training": dataclasses.asdict(cfg.training)}
 
 
+_ATOMS = (str, int, float, bool, type(None))
+# JSON text of the model and cluster sections, by identity: the configs of a sweep or tune share a handful of
+# section objects (immutable frozen dataclasses; kept here so that their ids stay theirs). Not by value: 400 and
+# 400.0 are equal fields with different JSON, hence different keys.
+_SECTION_JSON: dict = {}
+_SECTION_JSON_SIZE = 64
+
+
+def _section_json(obj) -> str:
+    """``json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)`` for a config section ``obj``, with no
+    deep copy when every field is an atom or a tuple of atoms (as in every shipped config section)."""
+    flat = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if not all(isinstance(v, _ATOMS) or (type(v) is tuple and all(isinstance(x, _ATOMS) for x in v))
+               for v in flat.values()):
+        flat = dataclasses.asdict(obj)
+    return json.dumps(flat, sort_keys=True, default=str)
+
+
+def _shared_section_json(obj) -> str:
+    """:func:`_section_json` of ``obj``, computed once per object."""
+    hit = _SECTION_JSON.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    text = _section_json(obj)
+    if len(_SECTION_JSON) >= _SECTION_JSON_SIZE:
+        _SECTION_JSON.clear()
+    _SECTION_JSON[id(obj)] = (obj, text)
+    return text
+
+
 def config_key(cfg: SimConfig) -> str:
-    """SHA-256 (hex) of the normalised config ``cfg`` and the flowsim version: the results store's key."""
-    text = json.dumps({"config": config_dict(cfg), "flowsim": __version__}, sort_keys=True, default=str)
+    """SHA-256 (hex) of the normalised config ``cfg`` and the flowsim version: the results store's key.
+
+    It hashes ``json.dumps({"config": config_dict(cfg), "flowsim": __version__}, sort_keys=True, default=str)``,
+    assembled from the JSON of each section (keys in sorted order), the model's and cluster's built once.
+    """
+    text = (f'{{"config": {{"cluster": {_shared_section_json(cfg.cluster)}, '
+            f'"model": {_shared_section_json(cfg.model)}, '
+            f'"training": {_section_json(cfg.training)}}}, "flowsim": {json.dumps(__version__)}}}')
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def peak_memory_bytes(cfg: SimConfig) -> float:
-    """Peak memory of the most loaded GPU of ``cfg``, bytes (the figure :func:`flowsim.simulate` reports)."""
+    """Peak memory of the most loaded GPU of ``cfg``, bytes (the figure :func:`flowsim.simulate` reports).
+
+    The stage memories go to :func:`flowsim.simulate`'s own cache (same key, same builder), so a config that
+    passes the memory check is not accounted a second time when it is simulated.
+    """
     wl = build_workload(cfg)
-    return max(stage_memory(cfg, wl, s).total_bytes for s in range(cfg.training.pp))
+    mems = _STAGE_MEMORY.get((cfg.model, cfg.training),
+                             lambda: tuple(stage_memory(cfg, wl, s) for s in range(cfg.training.pp)))
+    return max(m.total_bytes for m in mems)
 
 
 @dataclass(frozen=True)
