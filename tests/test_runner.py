@@ -1,6 +1,7 @@
 """The tune/sweep runner against a plain loop over flowsim.simulate: same outcomes, store rows and ranking."""
 import hashlib
 import json
+import sqlite3
 
 import pytest
 
@@ -60,5 +61,13 @@ def test_runner_equals_a_plain_simulate_loop(tmp_path, configs, jobs):
             assert o.status == "memory" and o.memory_bytes == expected_pruned[key] == peak_memory_bytes(cfg)
     assert rows == expected_fit
     assert pruned == expected_pruned
+    with sqlite3.connect(tmp_path / "r.sqlite") as db:  # the config text as config_dict dumps it, and the heads
+        stored = {k: v for k, *v in db.execute("SELECT key, model, gpu, num_gpus, config_json FROM points")}
+    for cfg in configs:
+        key = _reference_key(cfg)
+        if key in expected_fit:
+            d = config_dict(cfg)
+            assert stored[key] == [d["model"]["name"], d["cluster"]["gpu"], d["cluster"]["num_gpus"],
+                                   json.dumps(d, sort_keys=True, default=str)]
     ranked = sorted((o.point for o in report.outcomes if o.point is not None), key=rank_key)
     assert [p.key for p in ranked] == [p.key for p in sorted(expected_fit.values(), key=rank_key)]

@@ -60,15 +60,20 @@ def _shared_section_json(obj) -> str:
     return text
 
 
+def config_json(cfg: SimConfig) -> str:
+    """``json.dumps(config_dict(cfg), sort_keys=True, default=str)``, assembled from the JSON of each section
+    (keys in sorted order), the model's and cluster's built once per object: the text the results store keeps."""
+    return (f'{{"cluster": {_shared_section_json(cfg.cluster)}, "model": {_shared_section_json(cfg.model)}, '
+            f'"training": {_section_json(cfg.training)}}}')
+
+
 def config_key(cfg: SimConfig) -> str:
     """SHA-256 (hex) of the normalised config ``cfg`` and the flowsim version: the results store's key.
 
-    It hashes ``json.dumps({"config": config_dict(cfg), "flowsim": __version__}, sort_keys=True, default=str)``,
-    assembled from the JSON of each section (keys in sorted order), the model's and cluster's built once.
+    It hashes ``json.dumps({"config": config_dict(cfg), "flowsim": __version__}, sort_keys=True, default=str)``
+    (built from :func:`config_json`).
     """
-    text = (f'{{"config": {{"cluster": {_shared_section_json(cfg.cluster)}, '
-            f'"model": {_shared_section_json(cfg.model)}, '
-            f'"training": {_section_json(cfg.training)}}}, "flowsim": {json.dumps(__version__)}}}')
+    text = f'{{"config": {config_json(cfg)}, "flowsim": {json.dumps(__version__)}}}'
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from flowsim.errors import ConfigError
 from flowsim.explore.lifetime import bind_to_parent, sigterm_as_exit, terminate_workers
-from flowsim.explore.point import Outcome, config_dict, config_key, evaluate
+from flowsim.explore.point import Outcome, config_key, evaluate
 from flowsim.explore.store import ResultStore
 
 MAX_BATCH = 64  # configs per task: ~0.6 s of work, so progress and resume stay fine-grained
@@ -251,7 +251,7 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
     bar = Progress(len(configs), label, progress)
     try:
         for result in stream:
-            new = [(config_dict(configs[o.index]), o.point) for o in result if o.status == "evaluated"]
+            new = [(configs[o.index], o.point) for o in result if o.status == "evaluated"]
             too_big = {o.key: o.memory_bytes for o in result if o.status == "memory" and o.key not in known_pruned}
             if store is not None and new:
                 store.put(new, study)

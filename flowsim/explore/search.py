@@ -18,7 +18,7 @@ from typing import Mapping
 
 from flowsim.config import build_config
 from flowsim.errors import ConfigError
-from flowsim.explore.point import config_dict, evaluate
+from flowsim.explore.point import evaluate
 from flowsim.explore.runner import Progress
 from flowsim.explore.space import MEMORY, REDUNDANT, LayoutSpace, layout_overrides, schedules_for
 from flowsim.explore.tune import TuneResult, check_job, job_config, rank_key
@@ -112,7 +112,7 @@ def tpe_search(job: Mapping, space: LayoutSpace | None = None, *, budget: int, s
                     if store is not None and out.key not in known_pruned:
                         store.put_memory_pruned({out.key: out.memory_bytes})
                 elif store is not None:
-                    store.put([(config_dict(cfg), out.point)], study)
+                    store.put([(cfg, out.point)], study)
             if out.status != "memory":
                 counts[out.status] += 1
                 bar.advance(1)

@@ -28,7 +28,8 @@ import pandas as pd
 
 from flowsim._version import __version__
 from flowsim.errors import ConfigError
-from flowsim.explore.point import PointResult
+from flowsim.config import SimConfig
+from flowsim.explore.point import PointResult, config_json
 from flowsim.io_text import check_output_file
 
 SCHEMA = "flowsim-results"
@@ -188,17 +189,23 @@ class ResultStore:
         return self._db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
 
     def put(self, items: list, study: str = "") -> int:
-        """Store ``items``, a list of (config dict, :class:`PointResult`) pairs, labelled ``study``, in one
-        transaction.
+        """Store ``items``, a list of (config, :class:`PointResult`) pairs, labelled ``study``, in one
+        transaction; each config a :class:`~flowsim.config.SimConfig` or its
+        :func:`~flowsim.explore.point.config_dict` (the same row either way).
 
         Points already stored are left as they are (their ``created_s`` too). Returns the rows added.
         """
         now = time.time()
         rows = []
         for cfg, p in items:
-            rows.append((p.key, __version__, now, study, cfg["model"].get("name"), cfg["cluster"]["gpu"],
-                         cfg["cluster"]["num_gpus"], p.step_time_s, p.tokens_per_s, p.mfu, p.memory_bytes_per_gpu,
-                         int(p.fits_memory), json.dumps(cfg, sort_keys=True, default=str), json.dumps(p.to_dict())))
+            if isinstance(cfg, SimConfig):
+                head = (cfg.model.name, cfg.cluster.gpu, cfg.cluster.num_gpus)
+                text = config_json(cfg)
+            else:
+                head = (cfg["model"].get("name"), cfg["cluster"]["gpu"], cfg["cluster"]["num_gpus"])
+                text = json.dumps(cfg, sort_keys=True, default=str)
+            rows.append((p.key, __version__, now, study, *head, p.step_time_s, p.tokens_per_s, p.mfu,
+                         p.memory_bytes_per_gpu, int(p.fits_memory), text, json.dumps(p.to_dict())))
         before = self._db.total_changes
         with self._db:  # one transaction: all rows or none
             self._db.executemany(f"INSERT OR IGNORE INTO points VALUES ({', '.join('?' * len(_COLUMNS))})", rows)
