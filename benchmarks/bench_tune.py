@@ -5,7 +5,8 @@ Measures, on this machine:
 2. the memory check and simulation of every valid config through the local process pool (configs per
    second, and how many configs were simulated within the first 60 s);
 3. with ``--dask``, the same configs through a local dask.distributed cluster (2 worker processes);
-4. with ``--profile``, where one process spends the time of ``flowsim.simulate`` (cProfile, top entries).
+4. with ``--profile``, where one process spends the time of a worker's whole evaluate path (store key, memory
+   check, ``flowsim.simulate``, summary; cProfile, top entries).
 
 Each run uses a fresh, temporary results store, so nothing is reused. Usage::
 
@@ -18,7 +19,9 @@ import cProfile
 import io
 import os
 import platform
+import random
 import pstats
+import resource
 import tempfile
 import time
 
@@ -35,8 +38,10 @@ BUDGET_S = 60.0
 def _run(configs, jobs, scheduler=None) -> dict:
     with tempfile.TemporaryDirectory() as d, ResultStore(os.path.join(d, "r.sqlite")) as store:
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         rep = run_configs(configs, store=store, jobs=jobs, scheduler=scheduler, progress=True, label="bench")
         wall = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         created = sorted(store.created().values())
     first = created[0] if created else 0.0
     # rows are committed as batches finish: rows stamped within BUDGET_S of the run's first commit,
@@ -45,30 +50,45 @@ def _run(configs, jobs, scheduler=None) -> dict:
     within = sum(1 for t in created if t - first + startup <= BUDGET_S)
     return {"configs": len(configs), "simulated": rep.evaluated, "memory_pruned": rep.memory_pruned, "wall_s": wall,
             "configs_per_s": len(configs) / wall, "simulated_per_s": rep.evaluated / wall,
-            "simulated_within_60s": within}
+            "simulated_within_60s": within,
+            # CPU seconds of this (parent) process and of the local pool's workers (dask workers are not counted)
+            "parent_cpu_s": _cpu(cpu1[0]) - _cpu(cpu0[0]), "workers_cpu_s": _cpu(cpu1[1]) - _cpu(cpu0[1])}
+
+
+def _cpu(usage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def _rounded(d: dict) -> dict:
     return {k: round(v, 1) if isinstance(v, float) else v for k, v in d.items()}
 
 
-def _profile(configs, n: int = 300) -> str:
-    """Time and profile simulate on ``n`` configs that fit, spread evenly over the space."""
-    spread = configs[:: max(1, len(configs) // (4 * n))]
-    fit = [o for o in evaluate(list(enumerate(spread)), prune_memory=True) if o.status == "evaluated"]
-    sample = [spread[o.index] for o in fit][:: max(1, len(fit) // n)][:n]
+def _profile(configs, n: int = 2000) -> str:
+    """Profile one process's whole evaluate path (store key, memory check, simulate, summary) on ``n`` configs
+    drawn at random from the space, with cold caches, as a pool worker runs it: cProfile's top entries by
+    cumulative time, after an unprofiled timing of the same path."""
+    from flowsim.model import workload
+    from flowsim.step import simulate as step_simulate
+
+    sample = random.Random(0).sample(configs, min(n, len(configs)))  # a stride would alias the space's cycles
+    caches = (workload._WORKLOADS, step_simulate._OP_TIMES, step_simulate._STAGE_MEMORY)
+    evaluate(list(enumerate(sample[:2])), prune_memory=True)  # imports and JIT outside the figures
+    for c in caches:
+        c.clear()
     t0 = time.perf_counter()
-    for c in sample:
-        flowsim.simulate(c)
+    out = evaluate(list(enumerate(sample)), prune_memory=True)
     plain = (time.perf_counter() - t0) / len(sample)
+    fit = sum(o.status == "evaluated" for o in out)
+    for c in caches:
+        c.clear()
     pr = cProfile.Profile()
     pr.enable()
-    for c in sample:
-        flowsim.simulate(c)
+    evaluate(list(enumerate(sample)), prune_memory=True)
     pr.disable()
-    out = io.StringIO()
-    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
-    return f"{len(sample)} simulate calls on configs that fit: {plain * 1e3:.1f} ms each\n{out.getvalue()}"
+    text = io.StringIO()
+    pstats.Stats(pr, stream=text).sort_stats("cumtime").print_stats(30)
+    return (f"evaluate on {len(sample)} configs ({fit} fit and are simulated): {plain * 1e3:.2f} ms per config\n"
+            f"{text.getvalue()}")
 
 
 def main() -> None:
@@ -76,7 +96,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N valid configs (0 = all)")
     ap.add_argument("--jobs", type=int, default=0, help="local worker processes (0 = one per CPU)")
     ap.add_argument("--dask", action="store_true", help="also run through a local Dask cluster")
-    ap.add_argument("--profile", action="store_true", help="profile simulate in this process, then stop")
+    ap.add_argument("--profile", action="store_true", help="profile the evaluate path in this process, then stop")
     args = ap.parse_args()
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
