@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from flowsim._version import __version__
 from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
-from flowsim.step.memory import stage_memory
 from flowsim.explore.time_limit import time_limit
-from flowsim.step.simulate import _STAGE_MEMORY, simulate
+from flowsim.step.simulate import simulate, stage_memories
 from flowsim.explore.space import Layout
 from flowsim.model.workload import build_workload
 
@@ -83,10 +82,7 @@ def peak_memory_bytes(cfg: SimConfig) -> float:
     The stage memories go to :func:`flowsim.simulate`'s own cache (same key, same builder), so a config that
     passes the memory check is not accounted a second time when it is simulated.
     """
-    wl = build_workload(cfg)
-    mems = _STAGE_MEMORY.get((cfg.model, cfg.training),
-                             lambda: tuple(stage_memory(cfg, wl, s) for s in range(cfg.training.pp)))
-    return max(m.total_bytes for m in mems)
+    return max(m.total_bytes for m in stage_memories(cfg, build_workload(cfg)))
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,13 @@ _OP_TIMES = BoundedCache(256)
 _STAGE_MEMORY = BoundedCache(256)
 
 
+def stage_memories(cfg: SimConfig, wl) -> tuple:
+    """The :func:`flowsim.step.memory.stage_memory` of every pipeline stage of ``cfg`` (workload ``wl``), built
+    once per (model, training config) and shared by :func:`simulate` and the explorers' memory check."""
+    return _STAGE_MEMORY.get((cfg.model, cfg.training),
+                             lambda: tuple(stage_memory(cfg, wl, s) for s in range(cfg.training.pp)))
+
+
 def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
     """``wl.op_table`` priced by :func:`flowsim.kernels.op_times` (flowsim's own table: ``trusted``)."""
     stack = _kernel_stack(cfg, gpu)
@@ -301,7 +308,7 @@ def simulate(config=None, **overrides) -> Result:
     p = cfg.training.pp
     dp_x = [sum(dp_exposed(cfg, wl, comms, run.timeline, s)) for s in range(p)]
     opt_s = optimizer_s(cfg, wl, gpu)
-    mems = _STAGE_MEMORY.get((cfg.model, cfg.training), lambda: tuple(stage_memory(cfg, wl, s) for s in range(p)))
+    mems = stage_memories(cfg, wl)
     step, _ = step_end_s(run.timeline, np.asarray(dp_x), opt_s)
     result = _result(cfg, gpu, wl, comms, ps, run, step, mems,
                      _stage_breakdowns(wl, ps, run, dp_x, opt_s, mems, step),
