@@ -107,17 +107,7 @@ def _depths(dep_ptr, dep_idx):
     A refinement invariant (a transfer's depth is one more than its deepest dependency's), so starting from it
     saves one round per level of a long chain (a ring's steps) without changing the stable colouring."""
     n = dep_ptr.shape[0] - 1
-    nxt_ptr = np.zeros(n + 1, dtype=np.int64)
-    for j in range(dep_idx.shape[0]):
-        nxt_ptr[dep_idx[j] + 1] += 1
-    for t in range(n):
-        nxt_ptr[t + 1] += nxt_ptr[t]
-    fill = nxt_ptr[:-1].copy()
-    nxt = np.empty(dep_idx.shape[0], dtype=np.int64)
-    for t in range(n):
-        for j in range(dep_ptr[t], dep_ptr[t + 1]):
-            nxt[fill[dep_idx[j]]] = t
-            fill[dep_idx[j]] += 1
+    nxt_ptr, nxt = _link_csr(n, dep_ptr, dep_idx)  # the transposed graph: each transfer's dependents
     left = np.diff(dep_ptr)
     depth = np.full(n, -1, dtype=np.int64)
     queue = np.empty(n, dtype=np.int64)
