@@ -1,5 +1,6 @@
 """Framework profiles (flowsim.config.profiles): sourced defaults per release, explicit keys win, bad names."""
 import csv
+import json
 from importlib import resources
 
 import pytest
@@ -8,7 +9,8 @@ from click.testing import CliRunner
 import flowsim
 from flowsim.cli import main
 from flowsim.errors import ConfigError
-from flowsim.config.profiles import PROFILE_KEYS, frameworks, profile, releases
+from flowsim.config.profiles import PROFILE_KEYS, frameworks, nearest_release, profile, release_line, releases
+from flowsim.errors import FlowsimWarning
 
 BASE = {"model": "gpt3-175b", "cluster": "dgx-h100", "gpus": 64, "tp": 8, "pp": 8}
 
@@ -65,8 +67,9 @@ def test_empty_cells_apply_nothing():
 
 @pytest.mark.parametrize("bad, message", [
     ({"framework": "fastllm"}, "framework: unknown framework; known: megatron-lm"),
-    ({"framework": "torchtitan", "framework_version": "torchtitan-1999"},
+    ({"framework": "torchtitan", "framework_version": "torchtitan-nightly"},
      "framework_version: unknown release of torchtitan; known: torchtitan, torchtitan-2024-12"),
+    ({"framework": "nemo", "framework_version": "25.02"}, "framework_version: unknown release of megatron-core"),
     ({"framework_version": "nemo-24.07"}, "framework_version: needs framework"),
     ({"grad_reduce_dtype": "fp8"}, "grad_reduce_dtype: must be one of fp32, bf16, fp16"),
     ({"cuda_graphs": "always"}, "cuda_graphs: must be one of none, layer, module, full_iteration"),
@@ -132,3 +135,42 @@ def test_bad_pipeline_settings_name_the_key(bad, message):
 def test_deepspeed_engine_runs_1f1b_only():
     with pytest.raises(ConfigError, match="pipeline_engine: deepspeed's TrainSchedule runs the 1f1b order"):
         flowsim.simulate(BASE, gbs=64, vpp=2, framework="megatron-deepspeed")
+
+
+def test_release_lines_and_the_nearest_listed_release():
+    assert release_line("nemo-24.03.01") == ("nemo-", (24, 3, 1))
+    assert release_line("mlperf-v3.1-nemo") == ("mlperf-v", (3, 1))
+    assert release_line("torchtitan") == ("torchtitan", ())
+    known = ["nemo-24.03.01", "nemo-24.07", "megatron-bridge-25.09", "megatron-bridge-25.11"]
+    assert nearest_release("nemo-24.12", known) == ("nemo-24.07", "older")  # newest not newer
+    assert nearest_release("nemo-24.07.01", known) == ("nemo-24.07", "older")
+    assert nearest_release("megatron-bridge-25.07", known) == ("megatron-bridge-25.09", "newer")  # none older
+    assert nearest_release("megatron-bridge-26.01", known) == ("megatron-bridge-25.11", "older")
+    assert nearest_release("nemo", known) is None and nearest_release("hybrid-1.0", known) is None
+
+
+def test_an_unlisted_release_takes_its_lines_nearest_profile_and_calibration():
+    with pytest.warns(FlowsimWarning, match="framework_version nemo-24.12: no profile of this release; using "
+                                            "nemo-24.07, the nearest older release of its line"):
+        cfg = flowsim.build_config(BASE, framework="nemo", framework_version="nemo-24.12")
+    listed = flowsim.build_config(BASE, framework="nemo", framework_version="nemo-24.07")
+    assert cfg.training == listed.training  # the release's defaults, kernel stack and calibration family
+
+
+def test_validate_maps_an_unlisted_release_of_a_row_to_its_nearest_profile(tmp_path, shared_data):
+    with open(shared_data / "curated" / "training_runs_public.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    row = next(r for r in rows if r["framework_version"] == "nemo-24.07" and r["measured_step_time_s"])
+    out = {}
+    for version in ("nemo-24.07", "nemo-24.12"):
+        path = tmp_path / f"{version}.csv"
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(row))
+            writer.writeheader()
+            writer.writerow({**row, "framework_version": version})
+        res = CliRunner().invoke(main, ["validate", str(path), "--json"])
+        assert res.exit_code == 0, res.output
+        out[version] = json.loads(res.stdout)["rows"][0]
+    assert out["nemo-24.12"]["predicted_step_time_s"] == out["nemo-24.07"]["predicted_step_time_s"]
+    assert any("no flowsim profile of nemo-24.12; the nearest release of its line, nemo-24.07" in a
+               for a in out["nemo-24.12"]["assumptions"])

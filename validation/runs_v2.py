@@ -1,6 +1,7 @@
 """Runs schema v2: the optional framework-setting columns and what each filled cell sets in the config.
 
-A ``framework_version`` that flowsim has a profile of (:mod:`flowsim.config.profiles`) selects that release's
+A ``framework_version`` that flowsim has a profile of (:mod:`flowsim.config.profiles`; else the nearest listed release
+of its line, :func:`flowsim.config.profiles.nearest_release`) selects that release's
 defaults; every filled :data:`V2_SETTINGS` cell sets its config key and overrides the profile (an empty cell
 leaves the profile's default). A cell with a wrong value raises a ConfigError naming the column and the allowed
 values, which skips its row. MoE rows also read ``etp`` and ``moe_token_dispatcher`` (:func:`_expert_layout`).
@@ -66,7 +67,10 @@ def _v2_settings(row: Mapping, assumptions: list) -> dict:
 
         prof = find_release(release)
         if prof is not None:
-            out.update(framework=prof.framework, framework_version=release)
+            out.update(framework=prof.framework, framework_version=prof.framework_version)
+            if prof.framework_version != release:
+                assumptions.append(f"framework_version: no flowsim profile of {release}; the nearest release of "
+                                   f"its line, {prof.framework_version}")
         else:
             assumptions.append(f"framework_version: no flowsim profile of {release} (settings from the row only)")
     for column, to_config in V2_SETTINGS.items():

@@ -6,7 +6,9 @@ config select a row; :func:`flowsim.config.build_config` fills every key of the 
 itself (explicit keys always win; the profile wins over a model preset, which describes the model, not the
 run). An empty cell means the release has no single default (it differs by model recipe or workload): the
 key keeps flowsim's own default. Without ``framework_version`` the framework's newest release in the file is
-used (rows are in release order).
+used (rows are in release order). A release the file does not list takes the nearest listed release of its
+line (:func:`nearest_release`: ``nemo-24.12`` -> ``nemo-24.07``, the newest not newer), with a warning, so a job
+on a newer or older container keeps its framework's defaults, kernel stack and calibration family.
 
 Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the last two, per release):
 
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import csv
 import functools
+import re
+import warnings
 from importlib import resources
 from typing import NamedTuple
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, FlowsimWarning
 
 FRAMEWORK_ALIASES = {"nemo": "megatron-core", "megatron-bridge": "megatron-core"}
 """Names accepted for ``framework`` besides the file's own: NeMo and Megatron-Bridge run Megatron-core."""
@@ -134,13 +138,54 @@ def profile(framework: str, framework_version: str = "") -> Profile:
     rows = [p for p in _rows() if p.framework == name]
     if not framework_version:
         return rows[-1]
-    for p in rows:
-        if p.framework_version == framework_version:
-            return p
-    raise ConfigError("framework_version", f"unknown release of {name}; known: {', '.join(releases(name))}",
-                      framework_version)
+    found = _resolve(framework_version, rows)
+    if found is None:
+        raise ConfigError("framework_version", f"unknown release of {name}; known: {', '.join(releases(name))} "
+                          "(or a later or earlier release of one of their lines, e.g. nemo-24.12)", framework_version)
+    return found
 
 
 def find_release(framework_version: str) -> Profile | None:
-    """The profile whose ``framework_version`` is exactly this release name, whatever its framework; None if none."""
-    return next((p for p in _rows() if p.framework_version == framework_version), None)
+    """The profile of this release name, whatever its framework: the listed release itself, else the nearest
+    listed release of its line (:func:`nearest_release`, with a warning); None if neither."""
+    return _resolve(framework_version, _rows())
+
+
+def _resolve(framework_version: str, rows) -> Profile | None:
+    for p in rows:
+        if p.framework_version == framework_version:
+            return p
+    near = nearest_release(framework_version, [p.framework_version for p in rows])
+    if near is None:
+        return None
+    warnings.warn(f"framework_version {framework_version}: no profile of this release; using {near[0]}, the "
+                  f"nearest {near[1]} release of its line", FlowsimWarning, stacklevel=3)
+    return next(p for p in rows if p.framework_version == near[0])
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def release_line(name: str) -> tuple:
+    """``(line, version)`` of a release name: the text before its first number, and its numbers in order
+    (``nemo-24.03.01`` -> ``("nemo-", (24, 3, 1))``, ``mlperf-v3.1-nemo`` -> ``("mlperf-v", (3, 1))``); a name
+    without a number is its own line with version ``()``."""
+    first = _NUMBER.search(name)
+    if first is None:
+        return name, ()
+    return name[:first.start()], tuple(int(n) for n in _NUMBER.findall(name))
+
+
+def nearest_release(requested: str, known) -> tuple | None:
+    """The release of ``known`` on ``requested``'s line (:func:`release_line`) nearest to it: the newest one not
+    newer (its defaults are what the requested release inherited unless it changed them), else the oldest newer
+    one. Returns ``(release, "older" | "newer")``, or None when ``requested`` has no version or no listed
+    release shares its line."""
+    line, version = release_line(requested.strip().lower())
+    if not version:
+        return None
+    same = sorted((release_line(k)[1], k) for k in known if release_line(k)[0] == line and release_line(k)[1])
+    older = [k for v, k in same if v <= version]
+    if older:
+        return older[-1], "older"
+    return (same[0][1], "newer") if same else None
