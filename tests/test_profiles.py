@@ -174,3 +174,15 @@ def test_validate_maps_an_unlisted_release_of_a_row_to_its_nearest_profile(tmp_p
     assert out["nemo-24.12"]["predicted_step_time_s"] == out["nemo-24.07"]["predicted_step_time_s"]
     assert any("no flowsim profile of nemo-24.12; the nearest release of its line, nemo-24.07" in a
                for a in out["nemo-24.12"]["assumptions"])
+
+
+def test_a_bare_framework_name_as_release_takes_the_frameworks_newest_profile():
+    from flowsim.config.profiles import find_release
+
+    with pytest.warns(FlowsimWarning, match="framework_version megatron-deepspeed names no release; using "
+                                            "megatron-deepspeed-bigscience"):
+        assert find_release("megatron-deepspeed").framework_version == "megatron-deepspeed-bigscience"
+    with pytest.warns(FlowsimWarning, match="names no release"):
+        assert find_release("nemo") == profile("megatron-core")  # an alias: the newest release
+    assert find_release("torchtitan").framework_version == "torchtitan"  # a listed bare name is itself
+    assert find_release("fsdp") is None

@@ -147,14 +147,22 @@ def profile(framework: str, framework_version: str = "") -> Profile:
 
 def find_release(framework_version: str) -> Profile | None:
     """The profile of this release name, whatever its framework: the listed release itself, else the nearest
-    listed release of its line (:func:`nearest_release`, with a warning); None if neither."""
-    return _resolve(framework_version, _rows())
+    listed release of its line (:func:`nearest_release`), else, for a bare framework name (the runs schema's
+    ``framework_version`` when a source names no release), that framework's newest release (both with a
+    warning); None if none of these."""
+    name = FRAMEWORK_ALIASES.get(framework_version, framework_version)
+    rows = [p for p in _rows() if p.framework == name] if name in frameworks() else list(_rows())
+    return _resolve(framework_version, rows)
 
 
 def _resolve(framework_version: str, rows) -> Profile | None:
     for p in rows:
         if p.framework_version == framework_version:
             return p
+    if FRAMEWORK_ALIASES.get(framework_version, framework_version) == rows[0].framework:
+        warnings.warn(f"framework_version {framework_version} names no release; using {rows[-1].framework_version}, "
+                      "the newest listed release of that framework", FlowsimWarning, stacklevel=3)
+        return rows[-1]
     near = nearest_release(framework_version, [p.framework_version for p in rows])
     if near is None:
         return None
