@@ -326,8 +326,14 @@ class TrainingConfig:
     @property
     def linear_dtype(self) -> str:
         """Dtype of the transformer blocks' linear-layer GEMMs: the precision for ``fp8``, ``nvfp4``, ``mxfp4``,
-        else ``bf16`` (fp16 GEMMs cost the same)."""
-        return self.precision if self.precision in LOW_PRECISION_GEMMS else "bf16"
+        else the 16-bit type (:attr:`half_dtype`)."""
+        return self.precision if self.precision in LOW_PRECISION_GEMMS else self.half_dtype
+
+    @property
+    def half_dtype(self) -> str:
+        """The job's 16-bit type, of the GEMMs that stay 16-bit under low precision (output layer, router,
+        attention's batched GEMMs): ``fp16`` for ``precision: fp16`` (V100 has no bf16), else ``bf16``."""
+        return "fp16" if self.precision == "fp16" else "bf16"
 
     @property
     def paired_1f1b(self) -> bool:

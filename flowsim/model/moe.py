@@ -253,7 +253,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     gather = t.moe_token_dispatcher_type == "allgather"
     moved = local * per_expert if gather else routed  # hidden vectors this GPU permutes and unpermutes
 
-    linear(rows, "router", tok, e, h, "bf16", full)
+    linear(rows, "router", tok, e, h, t.half_dtype, full)
     dispatch = _dispatch_comms(cfg, tokens, routed, local * per_expert)
     for ph in phases:
         rows.append(memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))

@@ -229,9 +229,9 @@ def attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, phas
                 count=1)
 
 
-def batched_gemm(name, batch, m, n, k, phase):
-    """Row of ``batch`` independent 16-bit GEMMs of one shape (:func:`gemm`), as one kernel."""
-    row = gemm(name, m, n, k, "bf16", phase)
+def batched_gemm(name, batch, m, n, k, dtype, phase):
+    """Row of ``batch`` independent GEMMs of one shape and dtype (:func:`gemm`), as one kernel."""
+    row = gemm(name, m, n, k, dtype, phase)
     row.update(batch=batch, flops=row["flops"] * batch, bytes=row["bytes"] * batch)
     return row
 
@@ -243,9 +243,10 @@ def batched_gemm(name, batch, m, n, k, phase):
 EAGER_SOFTMAX_BYTES = (4 + 5 + 4, 6 + 5 + 4)
 
 
-def unfused_attention(bh, s, d, dropout, phase, fused_softmax=True):
+def unfused_attention(bh, s, d, dropout, phase, dtype, fused_softmax=True):
     """Core attention without FlashAttention (Megatron-LM's ``CoreAttention``: ``torch.baddbmm``, softmax,
-    dropout, ``torch.bmm``), for ``bh`` (batch x local heads) heads of ``s`` tokens and head dim ``d``.
+    dropout, ``torch.bmm``), for ``bh`` (batch x local heads) heads of ``s`` tokens and head dim ``d``, its GEMMs
+    in ``dtype`` (the job's 16-bit type).
 
     Forward: scores = Q K^T (batched GEMM over the full ``s x s`` square: causal masking does not skip work),
     scale-mask-softmax, optional attention dropout (``dropout``: read and write the 2-byte probabilities and
@@ -258,17 +259,17 @@ def unfused_attention(bh, s, d, dropout, phase, fused_softmax=True):
     soft_fwd, soft_bwd = (2 * ACT_BYTES, 3 * ACT_BYTES) if fused_softmax else EAGER_SOFTMAX_BYTES
     drop = sq * (2 * ACT_BYTES + 1)  # forward: read, write, 1-byte mask; backward: read gradient and mask, write
     if phase == "bwd":
-        rows = [batched_gemm("attn_scores.dgrad_q", bh, s, d, s, phase),
-                batched_gemm("attn_scores.dgrad_k", bh, s, d, s, phase),
-                batched_gemm("attn_context.dgrad_p", bh, s, s, d, phase),
-                batched_gemm("attn_context.dgrad_v", bh, s, d, s, phase),
+        rows = [batched_gemm("attn_scores.dgrad_q", bh, s, d, s, dtype, phase),
+                batched_gemm("attn_scores.dgrad_k", bh, s, d, s, dtype, phase),
+                batched_gemm("attn_context.dgrad_p", bh, s, s, d, dtype, phase),
+                batched_gemm("attn_context.dgrad_v", bh, s, d, s, dtype, phase),
                 memory("softmax.bwd", sq * soft_bwd, phase)]
         if dropout:
             rows.append(memory("attn_dropout.bwd", drop, phase))
         return rows
-    rows = [batched_gemm("attn_scores", bh, s, s, d, phase),
+    rows = [batched_gemm("attn_scores", bh, s, s, d, dtype, phase),
             memory("softmax", sq * soft_fwd, phase),
-            batched_gemm("attn_context", bh, s, d, s, phase)]
+            batched_gemm("attn_context", bh, s, d, s, dtype, phase)]
     if dropout:
         rows.append(memory("attn_dropout", drop, phase))
     return rows

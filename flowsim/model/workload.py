@@ -206,7 +206,8 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
             rows.append(attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
                                   True, ph))
         else:
-            rows.extend(unfused_attention(b * heads, s, d, m.attention_dropout > 0, ph, fusion == "fused"))
+            rows.extend(unfused_attention(b * heads, s, d, m.attention_dropout > 0, ph, t.half_dtype,
+                                             fusion == "fused"))
     v_dim = m.v_head_dim if m.multi_latent_attention else d
     linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     bias("attn_out", h)
@@ -350,13 +351,13 @@ def build_head(cfg: SimConfig) -> OpSet:
             rows.append(memory(f"{prefix}embedding.bwd", tokens * h * ACT_BYTES * 2, "bwd"))
             for norm in ("enorm", "hnorm"):
                 elementwise(rows, f"{prefix}{norm}", m.normalization, t.kernel_fusion, tok_sp * h, False)
-            linear(rows, f"{prefix}eh_proj", tokens, h // t.tp, 2 * h, "bf16", False)
+            linear(rows, f"{prefix}eh_proj", tokens, h // t.tp, 2 * h, t.half_dtype, False)
             _head_tp_comms(comms, cfg, tokens, 2 * h, logits=False)
             if t.tp > 1:  # the projection's output gathered over TP (gather_from_tensor_model_parallel_region)
                 comms.append(comm("tp", "allgather", tokens * h * ACT_BYTES, "fwd"))
         elementwise(rows, f"{prefix}final_norm", m.normalization, t.kernel_fusion, tok_sp * h, False)
         # The output layer runs in 16-bit even in FP8 and FP4 recipes (TE keeps the first and last layers in BF16).
-        linear(rows, f"{prefix}lm_head", tokens, v_local, h, "bf16", False)
+        linear(rows, f"{prefix}lm_head", tokens, v_local, h, t.half_dtype, False)
         cross_entropy_rows(rows, f"{prefix}cross_entropy", cross_entropy_impl(t), tokens * v_local)
         _head_tp_comms(comms, cfg, tokens, h, logits=True)
     return finish(rows, comms)
