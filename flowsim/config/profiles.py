@@ -192,7 +192,7 @@ def nearest_release(requested: str, known) -> tuple | None:
     line, version = release_line(requested.strip().lower())
     if not version:
         return None
-    same = sorted((release_line(k)[1], k) for k in known if release_line(k)[0] == line and release_line(k)[1])
+    same = sorted((v, k) for k, (ln, v) in ((k, release_line(k)) for k in known) if ln == line and v)
     older = [k for v, k in same if v <= version]
     if older:
         return older[-1], "older"
