@@ -71,7 +71,8 @@ def _profile(configs, n: int = 2000) -> str:
     from flowsim.step import simulate as step_simulate
 
     sample = random.Random(0).sample(configs, min(n, len(configs)))  # a stride would alias the space's cycles
-    caches = (workload._WORKLOADS, step_simulate._OP_TIMES, step_simulate._STAGE_MEMORY)
+    caches = (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, step_simulate._OP_TIMES,
+              step_simulate._STAGE_MEMORY)
     evaluate(list(enumerate(sample[:2])), prune_memory=True)  # imports and JIT outside the figures
     for c in caches:
         c.clear()

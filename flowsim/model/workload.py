@@ -21,6 +21,7 @@ all-gather + reduce-scatter pairs.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from flowsim._moved import module_getattr
-from flowsim.config import SimConfig
+from flowsim.config import SimConfig, TrainingConfig
 from flowsim.config.layout import end_chunks
 from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
@@ -72,6 +73,9 @@ class Workload:
     gemm_dtype : str
         Dtype of the linear-layer GEMMs (``fp8``, ``nvfp4``, ``mxfp4`` run the blocks' linear layers in that
         dtype, everything else in 16-bit; :attr:`flowsim.config.TrainingConfig.linear_dtype`).
+    block_key : tuple
+        What the blocks are built from (:func:`block_key`): workloads with equal keys share their blocks, op table
+        and priced op times.
     expert_comm_sms : int
         SMs the token dispatcher's kernels hold while they run beside compute: ``moe_deepep_num_sms`` for the
         ``flex`` dispatcher, 0 for NCCL's collectives (one SM per channel, priced with them).
@@ -89,13 +93,17 @@ class Workload:
     stage_params: tuple
     stage_expert_params: tuple
     gemm_dtype: str
+    block_key: tuple = dataclasses.field(repr=False, compare=False)
     expert_comm_sms: int = 0
 
     @cached_property
     def op_table(self) -> tuple:
-        """All compute ops of the blocks in one table, built once per workload: (pandas.DataFrame, the row span
-        (slice) of each block, its columns as :attr:`OpSet.arrays`). Blocks in order layer, embedding, head,
-        moe_layer."""
+        """All compute ops of the blocks in one table, built once per :attr:`block_key`: (pandas.DataFrame, the
+        row span (slice) of each block, its columns as :attr:`OpSet.arrays`). Blocks in order layer, embedding,
+        head, moe_layer."""
+        return _OP_TABLES.get(self.block_key, self._op_table)
+
+    def _op_table(self) -> tuple:
         blocks = {"layer": self.layer, "embedding": self.embedding, "head": self.head}
         if self.moe_layer is not None:
             blocks["moe_layer"] = self.moe_layer
@@ -250,7 +258,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
             comms.append(comm("cp", "reducescatter", kv_chunk * cp, "bwd"))
     if recompute.policy(t) == "op":
         _op_sac_rows(rows, comms, m, tokens, heads, groups, d, f // tp, dt, tp, sp, act)
-    if t.zero_stage >= 3 and t.fsdp_version == 2 and t.dp_shard > 1:
+    if fsdp_copies_out(t):
         # FSDP2 copies each gathered layer out of the all-gather buffer into its weights on the compute stream,
         # after the forward's and the backward's gather (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
         # foreach_all_gather_copy_out: torch.split_with_sizes_copy): read and write the 16-bit weights
@@ -261,6 +269,12 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     if t.tp_comm_overlap and sp and tp > 1:
         split_pipelined_gemms(rows, comms, tp)
     return finish(rows, comms)
+
+
+def fsdp_copies_out(t) -> bool:
+    """Whether FSDP2 copies each layer's gathered weights out of its all-gather buffer on the compute stream
+    (ZeRO-3 with FSDP2, sharded over more than one rank; :func:`build_layer`)."""
+    return t.zero_stage >= 3 and t.fsdp_version == 2 and t.dp_shard > 1
 
 
 def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, act) -> None:
@@ -468,6 +482,29 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
 # and a Workload is immutable (frozen, read-only arrays), so configs that share both share one; 256 kept (a few MB).
 _WORKLOADS = BoundedCache(256)
 
+# Training fields that no block builder reads (build_layer, build_embedding, build_head and what they call): the
+# pipeline split and schedule, the data-parallel size and batch, the gradient and optimizer sharding. Configs that
+# differ only in these share their blocks and op table (a tune's layouts: 49,548 configs of gpt3-175b on 1,024
+# GPUs, a few hundred distinct tables). What the ZeRO stage and the data-parallel size change in a layer is
+# fsdp_copies_out, which the key holds. tests/test_block_key.py builds blocks both ways.
+_BLOCK_FREE = frozenset({
+    "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "data_parallel_size",
+    "global_batch_size", "pipeline_schedule", "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce",
+    "overlap_param_gather", "bucket_size_bytes", "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split", "pipeline_layer_split", "comm_engine", "p2p_sync", "pipeline_engine",
+    "optimizer_impl", "grad_reduce_dtype"})
+_BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name not in _BLOCK_FREE)
+# Blocks (layer, MoE layer, embedding, head) and their op tables, by block_key; 1,024 kept (~10 KB each).
+_BLOCKS = BoundedCache(1024)
+_OP_TABLES = BoundedCache(1024)
+
+
+def block_key(cfg: SimConfig) -> tuple:
+    """What a config's blocks are built from: the model, the training fields they read (all but
+    ``_BLOCK_FREE``) and whether FSDP2 copies the gathered weights out (:func:`fsdp_copies_out`)."""
+    t = cfg.training
+    return (cfg.model, fsdp_copies_out(t)) + tuple([getattr(t, f) for f in _BLOCK_FIELDS])
+
 
 def build_workload(cfg: SimConfig) -> Workload:
     """All per-micro-batch op tables and per-stage sizes for ``cfg`` (a validated SimConfig), built once per
@@ -486,16 +523,13 @@ def _build_workload(cfg: SimConfig) -> Workload:
     tokens = cfg.microbatch_tokens
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
     is_moe = cfg.model.is_moe
-
-    def layer(moe=False):  # the FP8 recipe's quantisation kernels (quantize builds delayed scaling's)
-        ops = build_layer(cfg, moe)
-        return apply_fp8_recipe(ops, t.fp8_recipe) if t.linear_dtype == "fp8" and t.fp8_recipe != "delayed" else ops
-
+    key = block_key(cfg)
+    layer, moe_layer, embedding, head = _BLOCKS.get(key, lambda: build_blocks(cfg))
     return Workload(
-        layer=layer(),
-        moe_layer=layer(moe=True) if is_moe else None,
-        embedding=build_embedding(cfg),
-        head=build_head(cfg),
+        layer=layer,
+        moe_layer=moe_layer,
+        embedding=embedding,
+        head=head,
         chunk_layers=layers,
         chunk_recompute_layers=rec,
         chunk_moe_layers=moe,
@@ -505,8 +539,21 @@ def _build_workload(cfg: SimConfig) -> Workload:
         stage_expert_params=tuple(float(moe[s].sum()) * (expert_params_per_gpu(cfg) if is_moe else 0.0)
                                   for s in range(t.pp)),
         gemm_dtype=t.linear_dtype,
+        block_key=key,
         expert_comm_sms=t.moe_deepep_num_sms if is_moe and t.moe_token_dispatcher_type == "flex" else 0,
     )
+
+
+def build_blocks(cfg: SimConfig) -> tuple:
+    """(layer, MoE layer or None, embedding, head) of ``cfg``, built from scratch (:func:`build_workload` shares
+    them by :func:`block_key`)."""
+    t = cfg.training
+
+    def layer(moe=False):  # the FP8 recipe's quantisation kernels (quantize builds delayed scaling's)
+        ops = build_layer(cfg, moe)
+        return apply_fp8_recipe(ops, t.fp8_recipe) if t.linear_dtype == "fp8" and t.fp8_recipe != "delayed" else ops
+
+    return layer(), layer(moe=True) if cfg.model.is_moe else None, build_embedding(cfg), build_head(cfg)
 
 
 def model_flops_per_token(cfg: SimConfig) -> float:

@@ -87,10 +87,11 @@ class _Priced(NamedTuple):
     warnings: tuple
 
 
-# Priced op tables, by (model, training config, GPU, kernel stack): the kernel model is a pure function of the
-# table and these (its measurement tables are read once per process), so the configs that share them (a
-# repeated estimate, the same job on another fabric) are priced once; the warnings the pricing raised are
-# re-issued at every reuse. Stage memory, by (model, training config): it reads nothing else.
+# Priced op tables, by (the workload's block key, GPU, kernel stack): the kernel model is a pure function of the
+# table and the last two (its measurement tables are read once per process), and the block key determines the
+# table (flowsim.model.workload.block_key), so the configs that share them (a repeated estimate, the same job on
+# another fabric, a tune's layouts that differ in pipeline, schedule or ZeRO stage) are priced once; the warnings
+# the pricing raised are re-issued at every reuse. Stage memory, by (model, training config): it reads nothing else.
 _OP_TIMES = BoundedCache(256)
 _STAGE_MEMORY = BoundedCache(256)
 
@@ -114,7 +115,7 @@ def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
         parts = {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in wl.op_table[1].items()}
         return _Priced(t_ops, parts, tuple(w.message for w in caught))
 
-    priced = _OP_TIMES.get((cfg.model, cfg.training, gpu, stack), price)
+    priced = _OP_TIMES.get((wl.block_key, gpu, stack), price)
     for message in priced.warnings:
         warnings.warn(message, stacklevel=3)
     return priced
