@@ -193,6 +193,7 @@ def resolve(capacity_Bps, flow_ptr, flow_links, rates_Bps, active, changed, weig
         return rate
     level = level * (1.0 - rtol) if np.isfinite(level) else np.inf
     link_ptr, link_flows = _link_csr(n_links, flow_ptr, flow_links)
+    link_end = link_ptr[1:]  # every flow of a link: inactive ones carry rate 0
     bott = _bottlenecks(capacity_Bps, flow_ptr, flow_links, old, weights, rtol)
     clock = np.zeros(1, dtype=np.int64)
     link_mark = np.full(n_links, -1, dtype=np.int64)
@@ -203,12 +204,12 @@ def resolve(capacity_Bps, flow_ptr, flow_links, rates_Bps, active, changed, weig
                np.full(n_links, -1, dtype=np.int64))
     done = -1
     if local:
-        done = _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, rate, old, bott,
-                              changed, changed.size, clock, link_mark, np.full(n_links, -1, dtype=np.int64),
+        done = _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate, old,
+                              bott, changed, changed.size, clock, link_mark, np.full(n_links, -1, dtype=np.int64),
                               flow_mark, todo, np.empty(n_flows, dtype=np.int64), touched,
                               np.empty(n_links, dtype=np.int64), *scratch, n_flows, LOCAL_MAX_ROUNDS, float(rtol))
     if done < 0:
-        _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, rate, level, changed,
+        _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate, level, changed,
                  changed.size, clock, link_mark, flow_mark, todo, touched, *scratch, bott)
     return rate
 

@@ -70,8 +70,8 @@ def _link_csr(n_links, flow_ptr, flow_links):
 
 
 @njit(cache=True)
-def _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, todo, n_todo, touched, n_touched,
-          state, heap, hkey, pos, bott):
+def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
+          n_touched, state, heap, hkey, pos, bott):
     """Progressive filling of the flows marked unfrozen, on the residual capacities given.
 
     Parameters
@@ -80,10 +80,9 @@ def _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, todo, n
         CSR offsets of the paths.
     flow_links : int64[n_hops]
         Link id of each hop.
-    link_ptr : int64[n_links + 1]
-        CSR offsets of the link -> flows transpose.
-    link_flows : int64[n_hops]
-        Flow id of each incidence.
+    link_ptr, link_end, link_flows : int64[n_links + 1], int64[n_links], int64[n_hops]
+        The link -> flows transpose: link l's flows are ``link_flows[link_ptr[l]:link_end[l]]`` (every flow
+        that can have a rate there: all of them, ``link_end = link_ptr[1:]``, or the event loop's active ones).
     weights : float64[n_flows]
         Multiplicity of each flow, > 0.
     rate_Bps : float64[n_flows]
@@ -141,7 +140,7 @@ def _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, todo, n
         if share < level:
             share = level  # a round-off dip below the previous level (levels never decrease)
         level = share
-        for j in range(link_ptr[l], link_ptr[l + 1]):
+        for j in range(link_ptr[l], link_end[l]):
             f = link_flows[j]
             if rate_Bps[f] >= 0.0:
                 continue
@@ -188,8 +187,8 @@ def _solve_full(capacity_Bps, flow_ptr, flow_links, weights):
     touched = np.arange(n_links)
     state = np.zeros((n_links, 3))
     state[:, 0] = capacity_Bps
-    _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate, todo, n_flows, touched, n_links, state,
-          np.empty(n_links, dtype=np.int64), np.empty(n_links), np.full(n_links, -1, dtype=np.int64),
+    _fill(flow_ptr, flow_links, link_ptr, link_ptr[1:].copy(), link_flows, weights, rate, todo, n_flows, touched,
+          n_links, state, np.empty(n_links, dtype=np.int64), np.empty(n_links), np.full(n_links, -1, dtype=np.int64),
           np.empty(n_flows, dtype=np.int64))
     return rate
 
@@ -222,7 +221,7 @@ def _arrival_bound(capacity_Bps, flow_ptr, flow_links, active_weight, f):
 
 
 @njit(cache=True)
-def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, level_Bps, seeds,
+def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, level_Bps, seeds,
              n_seeds, clock, link_mark, flow_mark, todo, touched, state, heap, hkey, pos, bott):
     """Incremental re-solve: re-fill only the flows that can change, keep all others.
 
@@ -236,8 +235,9 @@ def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, 
         Link capacities, bytes/s.
     flow_ptr, flow_links : int64[n_flows + 1], int64[n_hops]
         Paths (CSR).
-    link_ptr, link_flows : int64[n_links + 1], int64[n_hops]
-        The link -> flows transpose (``_link_csr``).
+    link_ptr, link_end, link_flows : int64[n_links + 1], int64[n_links], int64[n_hops]
+        The link -> flows transpose (``_link_csr``; ``link_end`` as in ``_fill``: every flow with a rate > 0 on
+        link l is among ``link_flows[link_ptr[l]:link_end[l]]``).
     weights : float64[n_flows]
         Multiplicity of each flow, > 0.
     rate_Bps : float64[n_flows]
@@ -291,7 +291,7 @@ def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, 
         l = touched[head]
         head += 1
         r = capacity_Bps[l]
-        for j in range(link_ptr[l], link_ptr[l + 1]):
+        for j in range(link_ptr[l], link_end[l]):
             f = link_flows[j]
             x = rate_Bps[f]
             if 0.0 <= x < level_Bps:
@@ -308,8 +308,8 @@ def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, 
                         touched[n_touched] = m
                         n_touched += 1
         state[l, 0] = r
-    _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, todo, n_todo, touched, n_touched,
-          state, heap, hkey, pos, bott)
+    _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
+          n_touched, state, heap, hkey, pos, bott)
     return n_todo
 
 
@@ -348,7 +348,7 @@ def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
 
 
 @njit(cache=True)
-def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, old_rate_Bps,
+def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, old_rate_Bps,
                    bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo, saved_bott,
                    touched, changed, state, heap, hkey, pos, max_todo, max_rounds, rtol):
     """Local incremental re-solve: re-fill a growing set of flows until the max-min certificate holds.
@@ -367,8 +367,8 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, wei
     ----------
     capacity_Bps : float64[n_links]
         Link capacities, bytes/s.
-    flow_ptr, flow_links, link_ptr, link_flows : int64 arrays
-        Paths (CSR) and their link -> flows transpose.
+    flow_ptr, flow_links, link_ptr, link_end, link_flows : int64 arrays
+        Paths (CSR) and their link -> flows transpose (as in ``_resolve``).
     weights : float64[n_flows]
         Multiplicity of each flow.
     rate_Bps : float64[n_flows]
@@ -436,13 +436,13 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, wei
         for i in range(n_touched):
             m = touched[i]
             r = capacity_Bps[m]
-            for j in range(link_ptr[m], link_ptr[m + 1]):
+            for j in range(link_ptr[m], link_end[m]):
                 g = link_flows[j]
                 if flow_mark[g] != stamp:
                     r -= weights[g] * rate_Bps[g]
             state[m, 0] = r
-        _fill(flow_ptr, flow_links, link_ptr, link_flows, weights, rate_Bps, todo, n_todo, touched, n_touched,
-              state, heap, hkey, pos, bott)
+        _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
+              n_touched, state, heap, hkey, pos, bott)
         # Links whose load changed.
         n_changed = 0
         for i in range(n_seeds + n_todo):
@@ -461,13 +461,13 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, wei
             m = changed[i]
             load = 0.0
             top = 0.0
-            for j in range(link_ptr[m], link_ptr[m + 1]):
+            for j in range(link_ptr[m], link_end[m]):
                 g = link_flows[j]
                 x = rate_Bps[g]
                 load += weights[g] * x
                 top = max(top, x)
             saturated = capacity_Bps[m] - load <= tol * top + ROUNDOFF_RTOL * capacity_Bps[m]
-            for j in range(link_ptr[m], link_ptr[m + 1]):
+            for j in range(link_ptr[m], link_end[m]):
                 g = link_flows[j]
                 x = rate_Bps[g]
                 if flow_mark[g] == stamp or x <= 0.0 or bott[g] != m:
@@ -480,7 +480,7 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_flows, wei
             b = bott[f]
             if b < 0:
                 continue
-            for j in range(link_ptr[b], link_ptr[b + 1]):
+            for j in range(link_ptr[b], link_end[b]):
                 g = link_flows[j]
                 if flow_mark[g] != stamp and rate_Bps[g] > rate_Bps[f] * (1.0 + tol):
                     n_todo = _add_flow(g, stamp, flow_mark, todo, saved_bott, bott, n_todo)

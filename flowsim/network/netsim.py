@@ -159,6 +159,34 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
     return n_arr
 
 
+@njit(cache=True)
+def _activate(t, route_ptr, route_links, link_ptr, link_end, active):
+    """Insert transfer ``t`` into the active segment ``active[link_ptr[l]:link_end[l]]`` of each link of its path
+    (kept increasing, the order of ``_link_csr``'s lists, so the solver's sums run in the same order as over the
+    whole lists; once per hop, as a path may cross a link twice)."""
+    for h in range(route_ptr[t], route_ptr[t + 1]):
+        l = route_links[h]
+        k = link_end[l]
+        while k > link_ptr[l] and active[k - 1] > t:
+            active[k] = active[k - 1]
+            k -= 1
+        active[k] = t
+        link_end[l] += 1
+
+
+@njit(cache=True)
+def _deactivate(t, route_ptr, route_links, link_ptr, link_end, active):
+    """Remove one entry of transfer ``t`` from the active segment of each link of its path (``_activate``)."""
+    for h in range(route_ptr[t], route_ptr[t + 1]):
+        l = route_links[h]
+        k = link_ptr[l]
+        while active[k] != t:
+            k += 1
+        link_end[l] -= 1
+        for j in range(k, link_end[l]):
+            active[j] = active[j + 1]
+
+
 @njit(cache=True, nogil=True)
 def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
               max_rounds, rtol):
@@ -197,7 +225,11 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
     """
     n_links = capacity_Bps.shape[0]
     n = size_bytes.shape[0]
-    link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
+    link_ptr, _ = _link_csr(n_links, route_ptr, route_links)
+    # The solver visits each link's draining transfers only: active[link_ptr[l]:link_end[l]], kept in
+    # increasing id by _activate / _deactivate (a link of a long chain carries all its steps, one at a time).
+    active = np.empty(route_links.shape[0], dtype=np.int64)
+    link_end = link_ptr[:-1].copy()
     next_ptr, next_idx = _link_csr(n, dep_ptr, dep_idx)  # dependency -> dependents
 
     start_s = np.full(n, np.nan)
@@ -257,6 +289,7 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
             level = min(level, committed[t])
             rate[t] = 0.0
             committed[t] = 0.0
+            _deactivate(t, route_ptr, route_links, link_ptr, link_end, active)
             for h in range(route_ptr[t], route_ptr[t + 1]):
                 l = route_links[h]
                 active_weight[l] -= weights[t]
@@ -276,6 +309,7 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
             rate[t] = -1.0
             n_active += 1
             t_last[t] = now
+            _activate(t, route_ptr, route_links, link_ptr, link_end, active)
             for h in range(route_ptr[t], route_ptr[t + 1]):
                 l = route_links[h]
                 if active_weight[l] == 0.0:
@@ -293,13 +327,13 @@ def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_p
         n_solves += 1
         # Local re-solve while the re-filled set stays below LOCAL_MAX_FRACTION of the draining transfers;
         # else the level restart (both exact; see flowsim.network.maxmin).
-        n_todo = _resolve_local(capacity_Bps, route_ptr, route_links, link_ptr, link_flows, weights, rate, committed,
-                                bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo,
+        n_todo = _resolve_local(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
+                                committed, bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo,
                                 saved_bott, touched, changed, state, l_heap, l_key, l_pos,
                                 max(64, int(n_active * LOCAL_MAX_FRACTION)),
                                 max_rounds, rtol)
         if n_todo < 0:
-            n_todo = _resolve(capacity_Bps, route_ptr, route_links, link_ptr, link_flows, weights, rate, level,
+            n_todo = _resolve(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate, level,
                               seeds, n_seeds, clock, link_mark, flow_mark, todo, touched, state, l_heap, l_key,
                               l_pos, bott)
         for i in range(n_todo):
