@@ -6,6 +6,8 @@ config checks them without loading it.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from flowsim.errors import ConfigError
@@ -144,6 +146,66 @@ def end_chunks(schedule: str, p: int, v: int) -> tuple[tuple, tuple]:
     if schedule == "dualpipe":
         return ((0, 0), (p - 1, 1)), ((p - 1, 0), (0, 1))
     return ((0, 0),), ((p - 1, v - 1),)
+
+
+PIPELINE_LAYOUT_SYMBOLS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+"""Symbols of Megatron-core's ``pipeline_model_parallel_layout`` (megatron-core 0.14.0
+``transformer/pipeline_parallel_layer_layout.py``, ``PipelineParallelLayerLayout.from_str``): ``E`` the embedding,
+``t`` a transformer (decoder) layer, ``m`` a multi-token prediction layer, ``L`` the loss (output layer); ``|``
+separates virtual pipeline stages, ``X*n`` and ``(...)*n`` repeat, commas are cosmetic."""
+
+
+def parse_pipeline_layout(text: str) -> tuple:
+    """Virtual stages of a ``pipeline_model_parallel_layout`` string, in model order, each a string of
+    :data:`PIPELINE_LAYOUT_SYMBOLS` (``"Et*3|(tt|)*2L"`` -> ``("Ettt", "tt", "ttL")``).
+
+    Virtual stage ``k`` runs on pipeline rank ``k % pp`` as its model chunk ``k // pp`` (Megatron-LM's
+    interleaved assignment, as :func:`flowsim.model.workload.chunk_layer_counts` numbers them). Raises
+    ConfigError naming ``pipeline_model_parallel_layout`` for a symbol outside the table or a malformed repeat.
+    """
+    field = "pipeline_model_parallel_layout"
+    s = str(text).replace(",", "").replace(" ", "")
+    group = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while group.search(s):
+        s = group.sub(lambda g: g.group(1) * int(g.group(2)), s)
+    s = re.sub(r"([EtmL])\*(\d+)", lambda g: g.group(1) * int(g.group(2)), s)
+    bad = set(s) - set(PIPELINE_LAYOUT_SYMBOLS) - {"|"}
+    if bad:
+        raise ConfigError(field, "may hold only E, t, m, L, |, commas and repeats X*n or (...)*n",
+                          f"{text!r} ({''.join(sorted(bad))})")
+    return tuple(s.split("|"))
+
+
+def check_pipeline_layout(training, num_layers: int, mtp_num_layers: int = 0) -> tuple:
+    """The virtual stages of ``training.pipeline_model_parallel_layout`` (:func:`parse_pipeline_layout`) once it
+    passes Megatron-core's rules (``PipelineParallelLayerLayout.validate_layer_layout``): ``pp * vpp`` stages,
+    ``num_layers`` ``t`` and ``mtp_num_layers`` ``m`` symbols, one ``E`` leading the first stage and one ``L``
+    closing the last. flowsim also runs the multi-token prediction layers in the last stage, beside the loss, and
+    takes the layout instead of the other split options; any break raises ConfigError naming the field.
+    """
+    field = "pipeline_model_parallel_layout"
+    t = training
+    stages = parse_pipeline_layout(t.pipeline_model_parallel_layout)
+    joined = "|".join(stages)
+    if len(stages) != t.pp * t.vpp:
+        raise ConfigError(field, "must list pipeline_model_parallel_size * virtual_pipeline_model_parallel_size "
+                          "stages", f"{len(stages)} stages for {t.pp}*{t.vpp}")
+    if joined.count("t") != num_layers:
+        raise ConfigError(field, "must hold num_layers transformer layers (t)",
+                          f"{joined.count('t')} t for {num_layers} layers")
+    if joined.count("E") != 1 or not stages[0].startswith("E"):
+        raise ConfigError(field, "needs one embedding (E), first in the first stage", t.pipeline_model_parallel_layout)
+    if joined.count("L") != 1 or not stages[-1].endswith("L"):
+        raise ConfigError(field, "needs one loss (L), last in the last stage", t.pipeline_model_parallel_layout)
+    if joined.count("m") != mtp_num_layers or "m" in joined[:-len(stages[-1])]:
+        raise ConfigError(field, "must hold mtp_num_layers multi-token prediction layers (m), all in the last "
+                          "stage", f"{joined.count('m')} m for {mtp_num_layers} layers")
+    if t.pipeline_schedule == "dualpipe" or t.account_for_embedding_in_pipeline_split \
+            or t.account_for_loss_in_pipeline_split or t.pipeline_layer_split != "even":
+        raise ConfigError(field, "replaces account_for_*_in_pipeline_split and pipeline_layer_split (Megatron-core "
+                          "takes one split option) and does not run with dualpipe, which places its own chunks",
+                          t.pipeline_model_parallel_layout)
+    return stages
 
 
 def check_layout(schedule: str, p: int, v: int, m: int) -> None:

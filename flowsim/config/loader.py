@@ -159,7 +159,8 @@ def _coerce(section: str, key: str, value: Any) -> Any:
             return str(value)
         if not isinstance(value, str):
             raise ConfigError(key, "must be a string", value)
-        return value.strip().lower() if key not in ("gpu", "name", "calibration") else value.strip()
+        case_kept = ("gpu", "name", "calibration", "pipeline_model_parallel_layout")  # E, L differ from e, l
+        return value.strip().lower() if key not in case_kept else value.strip()
     return value
 
 

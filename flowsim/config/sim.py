@@ -5,7 +5,8 @@ from dataclasses import dataclass, replace
 
 from flowsim.config import bounds
 from flowsim.config.cluster import ClusterConfig, job_domain_size
-from flowsim.config.layout import check_expert_layout, check_layout, chunks_per_stage, group_spans
+from flowsim.config.layout import (check_expert_layout, check_layout, check_pipeline_layout, chunks_per_stage,
+                                   group_spans)
 from flowsim.config.model import ModelConfig
 from flowsim.config.training import DEEPEP_MAX_NVL_PEERS, TrainingConfig
 from flowsim.errors import ConfigError
@@ -87,12 +88,14 @@ class SimConfig:
             raise ConfigError("ffn_hidden_size", "must be divisible by tensor_model_parallel_size",
                               f"{m.ffn_hidden_size} and {t.tp}")
         extra = int(t.account_for_embedding_in_pipeline_split) + int(t.account_for_loss_in_pipeline_split)
-        if t.pipeline_layer_split == "even" and (m.num_layers + extra) % (t.pp * t.vpp):
+        if t.pipeline_model_parallel_layout:  # an explicit split: its own rules, empty stages allowed
+            check_pipeline_layout(t, m.num_layers, m.mtp_num_layers)
+        elif t.pipeline_layer_split == "even" and (m.num_layers + extra) % (t.pp * t.vpp):
             what = "num_layers" + (" + embedding/loss layers" if extra else "")
             raise ConfigError("num_layers", f"{what} must be divisible by pipeline_model_parallel_size * "
                               "virtual_pipeline_model_parallel_size (or set pipeline_layer_split: balanced)",
                               f"{m.num_layers + extra} and {t.pp}*{t.vpp}")
-        if m.num_layers + extra < t.pp * t.vpp:
+        if m.num_layers + extra < t.pp * t.vpp and not t.pipeline_model_parallel_layout:
             raise ConfigError("num_layers", "every virtual pipeline stage needs at least one layer",
                               f"{m.num_layers} layers for {t.pp}*{t.vpp} stages")
         if t.data_parallel_shard_size and (t.dp * t.cp) % t.data_parallel_shard_size:

@@ -124,6 +124,11 @@ class TrainingConfig:
         ``even`` (every virtual stage holds ``num_layers / (pp * vpp)`` layers; anything else is an error) or
         ``balanced`` (the remainder layers go one each to the virtual stages after the first, as the
         uniform partitioners of DeepSpeed and torchtitan do).
+    pipeline_model_parallel_layout : str
+        Megatron-core's explicit split (``--pipeline-model-parallel-layout``, e.g. ``"Et*4|(t*4|)*14tL"``): the
+        embedding (``E``), transformer layers (``t``), multi-token prediction layers (``m``) and loss (``L``) of
+        each virtual pipeline stage, stages separated by ``|`` (:func:`flowsim.config.layout.parse_pipeline_layout`).
+        Empty (default): the split above.
     comm_engine : str
         ``analytic`` (NCCL's cost model per communicator) or ``flow`` (data-parallel, expert, context and
         pipeline collectives run as flows on the cluster topology with every group of the stage at once;
@@ -255,6 +260,7 @@ class TrainingConfig:
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_layer_split: str = "even"
+    pipeline_model_parallel_layout: str = ""
     comm_engine: str = "analytic"
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1

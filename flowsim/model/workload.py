@@ -30,7 +30,7 @@ import pandas as pd
 
 from flowsim._moved import module_getattr
 from flowsim.config import SimConfig, TrainingConfig
-from flowsim.config.layout import end_chunks
+from flowsim.config.layout import end_chunks, parse_pipeline_layout
 from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
@@ -420,24 +420,29 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
     ``account_for_embedding_in_pipeline_split`` (``..._loss_...``) the embedding (loss) counts as one
     layer of virtual stage 0 (the last). ``balanced`` gives the remainder layers one each to the virtual
     stages after the first. The ``mtp_num_layers`` multi-token prediction layers join the last virtual stage
-    (as MoE layers when the decoder's last layer is one). DualPipe (DeepSeek-V3 report sec. 3.2.1) splits
-    the model into ``p`` stages and gives stage ``s`` two chunks: model stage ``s`` (chunk 0, the pipeline
-    fed at stage 0) and model stage ``p - 1 - s`` (chunk 1, the pipeline fed at stage ``p - 1``), so each GPU
-    holds two stages' layers.
+    (as MoE layers when the decoder's last layer is one). ``pipeline_model_parallel_layout`` gives each virtual
+    stage its own count (its ``t`` symbols; ``E``, ``L`` and ``m`` sit where the rules above put them). DualPipe
+    (DeepSeek-V3 report sec. 3.2.1) splits the model into ``p`` stages and gives stage ``s`` two chunks: model
+    stage ``s`` (chunk 0, the pipeline fed at stage 0) and model stage ``p - 1 - s`` (chunk 1, the pipeline fed
+    at stage ``p - 1``), so each GPU holds two stages' layers.
     """
     t = cfg.training
     p, v = t.pp, t.vpp
     k = p * v
-    e = int(t.account_for_embedding_in_pipeline_split)
-    lo = int(t.account_for_loss_in_pipeline_split)
-    total = cfg.model.num_layers + e + lo
-    per = np.full(k, total // k, dtype=np.int64)
-    rem = total % k
-    per[1:1 + rem] += 1
-    if rem > k - 1:  # only with one virtual stage
-        per[0] += rem - (k - 1)
-    per[0] -= e
-    per[-1] -= lo
+    if t.pipeline_model_parallel_layout:  # Megatron-core's explicit layout: the t of each virtual stage
+        per = np.array([s.count("t") for s in parse_pipeline_layout(t.pipeline_model_parallel_layout)],
+                       dtype=np.int64)
+    else:
+        e = int(t.account_for_embedding_in_pipeline_split)
+        lo = int(t.account_for_loss_in_pipeline_split)
+        total = cfg.model.num_layers + e + lo
+        per = np.full(k, total // k, dtype=np.int64)
+        rem = total % k
+        per[1:1 + rem] += 1
+        if rem > k - 1:  # only with one virtual stage
+            per[0] += rem - (k - 1)
+        per[0] -= e
+        per[-1] -= lo
     counts = np.zeros((p, v), dtype=np.int64)
     moe = np.zeros((p, v), dtype=np.int64)
     start = 0

@@ -85,13 +85,12 @@ _SPECIAL = {"ffn_hidden_size", "group_query_attention", "num_query_groups", "seq
             "num_virtual_stages_per_pipeline_rank", "recompute_granularity", "recompute_method",
             "recompute_num_layers", "recompute_modules", "recompute_activations", "bf16", "fp16", "fp8_format",
             "attention_backend", "cp_comm_type", "ddp_bucket_size", "grad_reduce_in_bf16",
-            "num_distributed_optimizer_instances"}
+            "num_distributed_optimizer_instances", "pipeline_model_parallel_layout"}
 UNSUPPORTED = {  # arguments that change the step in ways flowsim does not model
     "decoder_first_pipeline_num_layers": "uneven first/last pipeline stages are not modelled "
                                          "(use account_for_embedding_in_pipeline_split)",
     "decoder_last_pipeline_num_layers": "uneven first/last pipeline stages are not modelled "
                                         "(use account_for_loss_in_pipeline_split)",
-    "pipeline_model_parallel_layout": "custom pipeline layouts are not modelled",
     "hybrid_override_pattern": "hybrid Mamba models are not modelled",
     "heterogeneous_layers_config_path": "heterogeneous layers are not modelled",
     "fp4": "fp4 training is not modelled",
@@ -275,6 +274,8 @@ def from_megatron_args(source) -> Imported:
         model["normalization"] = norm
     if "hidden_dropout" in args:
         model["hidden_dropout"] = _float(args, "hidden_dropout")
+    if _last(args, "pipeline_model_parallel_layout"):
+        training["pipeline_model_parallel_layout"] = _last(args, "pipeline_model_parallel_layout")
     for key, value in DEFAULTS.items():
         if key not in model:
             model[key] = value
