@@ -114,8 +114,37 @@ def test_eager_head_upcasts_the_loss():
 
 def test_eager_grad_work_per_parameter():
     assert eager_grad_bytes_per_param(0, 4) == 4 * DDP_ACCUMULATE_BYTES_PER_PARAM + DDP_SCALE_BYTES_PER_PARAM == 28
-    assert eager_grad_bytes_per_param(3, 2) == 2 * FSDP_COPY_BYTES_PER_PARAM == 8  # copy-outs: the layer's rows
-    assert eager_grad_bytes_per_param(2, 1) == 2 * FSDP_COPY_BYTES_PER_PARAM
+    # FSDP2: chunk_cat of the bf16 gradients into the fp32 reduce-scatter input (2 + 4) per micro-batch; the
+    # copy-outs of zero_stage 3 are the layer's rows, zero_stage 2's forward copy-out is here (4)
+    assert eager_grad_bytes_per_param(3, 2) == 2 * (2 + 4) == 12
+    assert eager_grad_bytes_per_param(3, 2, reduce_bytes=2) == 2 * (2 + 2)
+    assert eager_grad_bytes_per_param(2, 1) == FSDP_COPY_BYTES_PER_PARAM + 2 + 4 == 10
+    # FSDP1: cast bf16 -> fp32 (2 + 4) and the in-place pre-division in fp32 (4 + 4), no packing copy
+    assert eager_grad_bytes_per_param(3, 2, fsdp_version=1) == 2 * (6 + 8) == 28
+    assert eager_grad_bytes_per_param(2, 1, fsdp_version=1) == 14
+    # reduce dtype bf16: no cast, the pre-division in bf16 (2 + 2)
+    assert eager_grad_bytes_per_param(3, 1, fsdp_version=1, reduce_bytes=2) == 4
+
+
+def test_fsdp_gradient_work_also_runs_under_torch_compile():
+    """Inductor compiles the model, not FSDP's hooks: a compiled FSDP1 job pays the gradient cast and pre-division
+    (14 bytes per parameter per micro-batch) as an eager one does; a Megatron-style fused job pays none."""
+    from flowsim.gpu_specs import get_gpu
+    from flowsim.kernels.memory import memory_reference, stream_efficiency
+    from flowsim.model.workload import build_workload
+    from flowsim.step.optimizer import optimizer_s, pytorch_wrapper
+
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=8, zero_stage=3, fsdp_version=1)
+    compiled = build_config(**base, kernel_fusion="fused", host_overhead="compiled")
+    fused = build_config(**base)
+    assert pytorch_wrapper(compiled.training) and not pytorch_wrapper(fused.training)
+    assert pytorch_wrapper(build_config(**base, kernel_fusion="eager").training)
+    gpu = get_gpu("h100-sxm")
+    wl = build_workload(fused)
+    bw = gpu.hbm_Bps * stream_efficiency(memory_reference(gpu).measured)
+    extra_s = float(optimizer_s(compiled, build_workload(compiled), gpu)[0] - optimizer_s(fused, wl, gpu)[0])
+    # one micro-batch; the compiled step's few optimizer launches add microseconds of host time
+    assert extra_s == pytest.approx(14 * wl.stage_params[0] / bw, rel=0.01)
 
 
 def test_eager_step_is_slower_and_bad_value_is_named():

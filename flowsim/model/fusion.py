@@ -108,25 +108,48 @@ def activation_step(activation: str) -> str:
 
 
 # Per-parameter gradient work of PyTorch's data-parallel wrappers that Megatron-LM fuses away (its wgrad
-# GEMMs accumulate straight into a contiguous fp32 buffer), bytes per parameter held before sharding:
+# GEMMs accumulate straight into a contiguous fp32 buffer), bytes per parameter held before sharding; ``e_r`` is
+# the reduce dtype's element size (``grad_reduce_dtype``), gradients come out of autograd in 16 bits:
 # * DDP (torch/nn/parallel/distributed.py, reducer): per micro-batch AccumulateGrad adds the gradient into
 #   its bucket view (read gradient, read and write bucket: 6); per step the default all-reduce hook
 #   divides the bucket by the world size (read and write: 4).
-# * FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): per micro-batch the reduce-scatter packs
-#   the gradients into its input (``chunk_cat``: 4) and, with zero_stage 2 (parameters kept gathered from the
-#   forward to the backward), the forward's all-gather copies the gathered parameters out of the flat buffer
-#   (``split_with_sizes_copy``: 4). With zero_stage 3 the copy-outs (forward and backward) are the layer's own
-#   kernels, for any kernel set (``fsdp_copy_out`` rows of :func:`flowsim.model.workload.build_layer`,
-#   ``fsdp_version: 2``).
+# * FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py ``foreach_reduce``): per micro-batch the
+#   reduce-scatter packs the gradients into its input buffer of the reduce dtype (``chunk_cat``: read 2, write
+#   e_r); the division by the world size is NCCL's (``_get_gradient_divide_factors``: ReduceOp.AVG or PREMUL_SUM
+#   for fp32 / bf16, "use NCCL's built-in division to avoid separate div kernels"). With zero_stage 2 (parameters
+#   kept gathered from the forward to the backward) the forward's all-gather copies the gathered parameters out
+#   of the flat buffer (``split_with_sizes_copy``: 4). With zero_stage 3 the copy-outs (forward and backward) are
+#   the layer's own kernels, for any kernel set (``fsdp_copy_out`` rows of
+#   :func:`flowsim.model.workload.build_layer`, ``fsdp_version: 2``).
+# * FSDP1 (torch/distributed/fsdp/_runtime_utils.py ``_post_backward_hook`` and ``_reduce_grad``, the same code
+#   path since PyTorch 2.0): the flat gradient is itself the reduce-scatter input (no packing copy), but per
+#   micro-batch, on the post-backward stream, it is cast to the reduce dtype when that is not the 16-bit
+#   parameter dtype (``flat_param.grad.to(reduce_dtype)``: read 2, write e_r) and divided in place by the
+#   pre-divide factor (``_div_if_needed(padded_unsharded_grad, _gradient_predivide_factor)``: read and write
+#   e_r), which ``DefaultState._get_gradient_predivide_factor`` makes > 1 for every world size >= 2 (powers of two
+#   up to about sqrt(world)). The post-division, accumulation and cast back of the reduced shard move 1 / dp of
+#   that and are left out.
 DDP_ACCUMULATE_BYTES_PER_PARAM = 3 * ACT_BYTES
 DDP_SCALE_BYTES_PER_PARAM = 2 * ACT_BYTES
 FSDP_COPY_BYTES_PER_PARAM = 2 * ACT_BYTES
 
 
-def eager_grad_bytes_per_param(zero_stage: int, microbatches: int) -> float:
-    """Bytes per parameter of eager PyTorch's data-parallel gradient work in one optimizer step
-    (``zero_stage`` 0: DDP, 2-3: FSDP2; 1 has no PyTorch-native wrapper and counts as DDP)."""
+def fsdp1_grad_bytes_per_param(reduce_bytes: float) -> float:
+    """Bytes per parameter FSDP1 moves over each unit's unsharded gradient per micro-batch before its reduce-scatter
+    (comment above): the cast to the reduce dtype (``reduce_bytes`` per element; none when it is the 16-bit
+    gradient's) and the in-place pre-division."""
+    cast = ACT_BYTES + reduce_bytes if reduce_bytes != ACT_BYTES else 0.0
+    return cast + 2 * reduce_bytes
+
+
+def eager_grad_bytes_per_param(zero_stage: int, microbatches: int, fsdp_version: int = 2,
+                               reduce_bytes: float = FP32_BYTES) -> float:
+    """Bytes per parameter of PyTorch's data-parallel gradient work in one optimizer step (``zero_stage`` 0: DDP,
+    2-3: FSDP of ``fsdp_version`` 1 or 2; 1 has no PyTorch-native wrapper and counts as DDP; ``reduce_bytes``: the
+    reduce dtype's element size)."""
+    if zero_stage >= 2 and fsdp_version == 1:
+        return microbatches * fsdp1_grad_bytes_per_param(reduce_bytes)
     if zero_stage >= 2:
         gathers = 0 if zero_stage == 3 else 1  # zero_stage 3: the workload's fsdp_copy_out rows
-        return microbatches * (gathers + 1) * FSDP_COPY_BYTES_PER_PARAM
+        return microbatches * (gathers * FSDP_COPY_BYTES_PER_PARAM + ACT_BYTES + reduce_bytes)
     return microbatches * DDP_ACCUMULATE_BYTES_PER_PARAM + DDP_SCALE_BYTES_PER_PARAM

@@ -23,7 +23,7 @@ from flowsim.kernels.memory import memory_reference, stream_efficiency
 from flowsim.model.fusion import eager_grad_bytes_per_param
 from flowsim.model.host_costs import ATTENTION_GEMMS, host_costs
 from flowsim.model.workload import ADAM_BYTES_PER_PARAM
-from flowsim.step.data_parallel import zero_level
+from flowsim.step.data_parallel import grad_reduce_bytes, zero_level
 from flowsim.step.host import optimizer_end_s
 
 # torch 2.13 torch/optim/adam.py _multi_tensor_adam (capturable False): weight decay _foreach_mul_ of the
@@ -64,10 +64,18 @@ def _kernels(impl: str, params: np.ndarray, tensors: np.ndarray) -> np.ndarray:
     return launches * (FOREACH_OPS if impl == "foreach" else 1)
 
 
+def pytorch_wrapper(t) -> bool:
+    """Whether PyTorch's own data-parallel wrapper (DDP, FSDP1, FSDP2) reduces the gradients: eager kernels, or a
+    model compiled by ``torch.compile`` (Inductor compiles the model's forward and backward; the wrapper's hooks,
+    gradient packing and casts still run as eager kernels around them: ``host_overhead: compiled``)."""
+    return t.kernel_fusion == "eager" or t.host_overhead == "compiled"
+
+
 def optimizer_s(cfg, wl, gpu) -> np.ndarray:
     """Optimizer step of one GPU of every stage, float64[p] seconds: memory-bound over the local parameter shard
     (bytes per parameter of the implementation, module docstring, at the GPU's measured streaming bandwidth),
-    plus, with eager kernels, PyTorch's per-parameter data-parallel gradient work (:mod:`flowsim.model.fusion`);
+    plus, under PyTorch's own data-parallel wrappers (:func:`pytorch_wrapper`), their per-parameter gradient work
+    (:mod:`flowsim.model.fusion`);
     at least one kernel's floor; with a host model, its kernels issued from an idle CPU."""
     t = cfg.training
     impl = t.optimizer_impl or "fused"
@@ -77,8 +85,9 @@ def optimizer_s(cfg, wl, gpu) -> np.ndarray:
     n = (np.asarray(wl.stage_params) / (t.dp_shard if zero >= 1 else 1)
          + np.asarray(wl.stage_expert_params) / (edp if zero >= 1 else 1))
     nbytes = BYTES_PER_PARAM[impl] * n
-    if t.kernel_fusion == "eager" and t.dp * t.cp > 1:
-        nbytes = nbytes + eager_grad_bytes_per_param(zero, cfg.num_microbatches) * held
+    if pytorch_wrapper(t) and t.dp * t.cp > 1:
+        nbytes = nbytes + eager_grad_bytes_per_param(zero, cfg.num_microbatches, t.fsdp_version,
+                                                     grad_reduce_bytes(t)) * held
     eff = stream_efficiency(memory_reference(gpu).measured)
     gpu_s = np.maximum(nbytes / (gpu.hbm_Bps * eff), KERNEL_MIN_TIME_S)
     if t.host_overhead == "none":
