@@ -13,6 +13,14 @@ bottlenecks that decide it:
 The speed maximising ``channels * speed`` wins (ties go to the higher speed, which the search tries first).
 This reproduces the graphs NCCL logs on DGX/HGX systems (docs/NCCL.md, research notes section 1.8):
 A100 6x40 -> 12x20, H100 6x60 -> 12x30, B200 8x90 -> 16x45, H100 multi-node 8x48, A100 multi-node 8x24.
+
+On an NVLink mesh without a switch (``nvlink_mesh``, the DGX-1 hybrid cube-mesh) the capacity bound is not
+enough: a ring channel is a Hamiltonian cycle over the node's GPUs along direct NVLinks, and every directed
+link of ``k`` NVLinks carries ``floor(k x NVLink bw / speed)`` channels (search.cc ``ncclTopoSearchRec`` with the
+ring pattern: each channel subtracts its speed from the links it follows, one direction). :func:`mesh_rings` packs
+such cycles at each ladder speed (:func:`_mesh_search`); on a DGX-1V the 8 doubled pairs form one Hamiltonian
+cycle and the 8 single ones another, so 6 channels of 20 GB/s (each doubled cycle twice per direction, each single
+one once) use every NVLink: 120 GB/s of ring busBw, 12 execution channels.
 """
 from __future__ import annotations
 
@@ -71,6 +79,10 @@ class Graphs:
     same_channels : bool
         All ring channels visit the GPUs in the same order (``graph->sameChannels``); true on one
         NVSwitch node [inferred: the search finds the same ring in every channel there].
+    mesh_rings : tuple of tuple of int
+        ``nvlink_mesh``: the ring graph's channels before duplication as cycles of local ranks along direct
+        NVLinks (:func:`mesh_rings`, of the slowest node pattern); ``()`` otherwise or when the GPUs have no
+        NVLink cycle (NCCL then rings over PCIe).
     """
 
     ring: Graph
@@ -81,6 +93,7 @@ class Graphs:
     exec_channels: int
     nvls_exec_channels: int
     same_channels: bool
+    mesh_rings: tuple = ()
 
 
 def nccl_pcie_Bps(pcie_Bps: float) -> float:
@@ -88,8 +101,110 @@ def nccl_pcie_Bps(pcie_Bps: float) -> float:
     return pcie_Bps * PCIE_NCCL_FRACTION
 
 
+MESH_SEARCH_BUDGET = 20000
+"""Most packing steps :func:`_mesh_search` tries per speed before it keeps the best found (a cost cap, like
+NCCL's own search timeout, ``NCCL_SEARCH_TIMEOUT``; a DGX-1V needs a few dozen)."""
+
+
+@lru_cache(maxsize=256)
+def _cycles(links: tuple) -> tuple:
+    """Directed Hamiltonian cycles from local rank 0 along direct links of ``links`` (ppn x ppn), lexicographic;
+    on 2 ranks the one cycle ``0 -> 1 -> 0``."""
+    n = len(links)
+    out = []
+
+    def extend(path: list) -> None:  # depth-first, lowest rank first: lexicographic order
+        if len(path) == n:
+            if links[path[-1]][0] > 0:
+                out.append(tuple(path))
+            return
+        for j in range(1, n):
+            if j not in path and links[path[-1]][j] > 0:
+                extend(path + [j])
+
+    extend([0])
+    return tuple(out)
+
+
+def _pack(cycles: tuple, cap: dict, limit: int) -> list:
+    """Most cycles (repeats allowed, at most ``limit``) whose directed edges fit ``cap`` (edge -> channels); a
+    depth-first search in cycle order, bounded by each rank's out-capacity and ``MESH_SEARCH_BUDGET`` steps."""
+    n = len(cycles[0])
+    edges = [[(c[i], c[(i + 1) % n]) for i in range(n)] for c in cycles]
+    best: list = []
+    chosen: list = []
+    steps = 0
+
+    def out_bound() -> int:
+        return min(sum(cap.get((i, j), 0) for j in range(n)) for i in range(n))
+
+    def rec(start: int) -> bool:
+        nonlocal best, steps
+        steps += 1
+        if len(chosen) > len(best):
+            best = list(chosen)
+        if len(best) >= limit or steps > MESH_SEARCH_BUDGET:
+            return True
+        if len(chosen) + out_bound() <= len(best):
+            return False
+        for k in range(start, len(cycles)):
+            if all(cap[e] > 0 for e in edges[k]):
+                for e in edges[k]:
+                    cap[e] -= 1
+                chosen.append(k)
+                done = rec(k)
+                chosen.pop()
+                for e in edges[k]:
+                    cap[e] += 1
+                if done:
+                    return True
+        return False
+
+    rec(0)
+    return [cycles[k] for k in best]
+
+
+@lru_cache(maxsize=256)
+def _mesh_search(links: tuple, link_Bps: float, ladder: tuple, ring_max: int) -> tuple[int, float, tuple]:
+    """(channels, speed in bytes/s, rings) of NCCL's ring search on one node's NVLink mesh ``links`` (module
+    docstring): at each ladder speed, highest first, the most Hamiltonian cycles the links carry; the speed
+    maximising ``channels x speed`` wins (ties to the higher speed). (0, 0, ()) when the ranks have no NVLink
+    cycle."""
+    cycles = _cycles(links)
+    if not cycles:
+        return 0, 0.0, ()
+    n = len(links)
+    bound_Bps = min(sum(links[i]) for i in range(n)) * link_Bps  # a ring leaves every rank once
+    best = (0, 0.0, ())
+    for s in ladder:
+        s_Bps = s * GB
+        if min(ring_max, int(bound_Bps / s_Bps + 1e-9)) * s_Bps <= best[0] * best[1] * (1 + 1e-12):
+            continue
+        cap = {(i, j): int(links[i][j] * link_Bps / s_Bps + 1e-9) for i in range(n) for j in range(n) if links[i][j]}
+        rings = _pack(cycles, cap, ring_max)
+        if len(rings) * s_Bps > best[0] * best[1] * (1 + 1e-12):
+            best = (len(rings), s_Bps, tuple(rings))
+    return best
+
+
+def mesh_rings(layout: CommLayout) -> tuple[int, float, tuple]:
+    """NCCL's one-node ring search on an ``nvlink_mesh`` layout: (channels, per-channel speed in bytes/s, rings as
+    cycles of local ranks) of the slowest of ``layout.mesh_links`` (channels x speed; the first on ties); (0, 0,
+    ()) when some node's ranks have no NVLink cycle."""
+    arch = arch_of(layout.compute_capability, layout.version)
+    link_Bps = nvlink_link_Bps(layout.compute_capability, layout.version)
+    ladder = speed_ladder_gbps(arch, "intra", layout.version)
+    found = [_mesh_search(m, link_Bps, ladder, _ring_max_channels(layout)) for m in layout.mesh_links]
+    return min(found, key=lambda f: f[0] * f[1])
+
+
 def _intra(layout: CommLayout) -> tuple[float, Hw]:
     ppn = layout.ranks_per_node
+    if layout.scaleup_kind == "nvlink_mesh" and ppn > 1:
+        n, s, _ = mesh_rings(layout)
+        return (n * s, Hw.NVLINK) if n else (nccl_pcie_Bps(layout.pcie_Bps), Hw.PCI)
+    if layout.scaleup_kind == "nvlink_mesh":
+        return layout.scaleup_links * nvlink_link_Bps(layout.compute_capability, layout.version), Hw.NVLINK
     if layout.scaleup_kind == "nvswitch" or (layout.scaleup_kind == "nvlink_bridge" and ppn <= 2):
         return layout.scaleup_links * nvlink_link_Bps(layout.compute_capability, layout.version), Hw.NVLINK
     if layout.scaleup_kind == "xgmi_mesh":
@@ -124,6 +239,8 @@ def _ring_search(layout: CommLayout, arch: Arch, intra_Bps: float) -> tuple[int,
     """Graph channels and per-channel speed (bytes/s) of the ring search, before duplication."""
     ppn = layout.ranks_per_node
     ring_max = _ring_max_channels(layout)
+    if layout.n_nodes == 1 and layout.scaleup_kind == "nvlink_mesh" and mesh_rings(layout)[0]:
+        return mesh_rings(layout)[:2]
     if layout.n_nodes == 1:
         return _best((min(int(intra_Bps // (s * GB)), ring_max), s * GB)
                      for s in speed_ladder_gbps(arch, "intra", layout.version))
@@ -235,4 +352,5 @@ def graphs_of(layout: CommLayout) -> Graphs:
         nvls_exec = min(nvls_exec, layout.max_ctas)
     exec_channels = max(exec_channels, layout.min_ctas)  # NCCL_MIN_CTAS: channels duplicated, no faster
     same = layout.n_nodes == 1 and layout.scaleup_kind == "nvswitch"
-    return Graphs(ring, tree, nvls, intra_hw, intra_Bps, exec_channels, nvls_exec, same)
+    rings = mesh_rings(layout)[2] if layout.mesh_links else ()
+    return Graphs(ring, tree, nvls, intra_hw, intra_Bps, exec_channels, nvls_exec, same, rings)

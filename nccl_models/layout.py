@@ -7,7 +7,7 @@ from flowsim.errors import ConfigError
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION, NcclVersion, parse_nccl_version
 
 VENDORS = ("nvidia", "amd")
-SCALEUP_KINDS = ("nvswitch", "xgmi_mesh", "nvlink_bridge", "pcie")
+SCALEUP_KINDS = ("nvswitch", "xgmi_mesh", "nvlink_mesh", "nvlink_bridge", "pcie")
 CPUS = ("intel", "amd", "arm")
 
 
@@ -32,7 +32,8 @@ class CommLayout:
     vendor : str
         ``nvidia`` (NCCL) or ``amd`` (RCCL, modelled with NCCL's formulas; see docs/NCCL.md).
     scaleup_kind : str
-        Intra-node fabric: ``nvswitch``, ``xgmi_mesh``, ``nvlink_bridge`` or ``pcie``.
+        Intra-node fabric: ``nvswitch``, ``xgmi_mesh``, ``nvlink_mesh`` (direct NVLinks between some GPU pairs,
+        ``mesh_links``: the DGX-1 hybrid cube-mesh), ``nvlink_bridge`` or ``pcie``.
     scaleup_Bps : float
         Scale-up bandwidth of one GPU, bytes/s per direction (datasheet); ignored for ``pcie``.
     scaleup_links : int
@@ -63,6 +64,12 @@ class CommLayout:
         (default) for an even spread, to which an even tuple is normalised. Their sum is ``n_ranks``, their
         count ``n_nodes``. NCCL's formulas keep ``nRanks / nNodes`` (``ranks_per_node``); its graph search
         runs on every node and keeps the smallest result (:func:`flowsim.nccl_models.graph.graphs_of`).
+    mesh_links : tuple
+        ``nvlink_mesh`` with several ranks per node: the NVLinks between every pair of a node's ranks (a
+        ``ppn x ppn`` symmetric tuple of tuples of ints, local rank order, 0 where two GPUs have no direct link),
+        one matrix per distinct pattern among the nodes (and sibling groups, see
+        :func:`flowsim.network.comm_layout.group_layout`); the graph search runs on each and keeps the slowest.
+        ``()`` otherwise.
     """
 
     n_ranks: int
@@ -83,6 +90,7 @@ class CommLayout:
     max_ctas: int = 0
     mnnvl: bool = False
     node_ranks: tuple = ()
+    mesh_links: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "nccl_version", str(parse_nccl_version(self.nccl_version)))
@@ -114,6 +122,7 @@ class CommLayout:
                                   self.scaleup_links)
         if not self.pcie_Bps > 0:
             raise ConfigError("pcie_Bps", "must be > 0", self.pcie_Bps)
+        self._check_mesh_links()
         if self.n_nodes > 1:
             if not isinstance(self.nics_per_node, int) or self.nics_per_node < 1:
                 raise ConfigError("nics_per_node", "must be >= 1 when the communicator spans several nodes",
@@ -144,6 +153,29 @@ class CommLayout:
                               f"{self.scaleup_kind}: {sizes}")
         object.__setattr__(self, "node_ranks", sizes if len(set(sizes)) > 1 else ())
 
+    def _check_mesh_links(self) -> None:
+        """Validate ``mesh_links`` (module rules) and store it as a sorted tuple of tuples of tuples of ints."""
+        ppn = self.ranks_per_node
+        if self.scaleup_kind != "nvlink_mesh" or ppn < 2:
+            if self.mesh_links:
+                raise ConfigError("mesh_links", "applies to nvlink_mesh fabrics with several ranks per node",
+                                  self.mesh_links)
+            object.__setattr__(self, "mesh_links", ())
+            return
+        rule = (f"must list one or more {ppn} x {ppn} symmetric matrices of NVLink counts (non-negative integers, "
+                f"0 on the diagonal, at most scaleup_links = {self.scaleup_links} per row)")
+        try:
+            mats = tuple(sorted({tuple(tuple(_count(v) for v in row) for row in m) for m in self.mesh_links}))
+            ok = bool(mats) and all(
+                len(m) == ppn and all(len(row) == ppn for row in m) and all(
+                    m[i][j] == m[j][i] >= 0 and (i != j or m[i][j] == 0) for i in range(ppn) for j in range(ppn))
+                and max(sum(row) for row in m) <= self.scaleup_links for m in mats)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ConfigError("mesh_links", rule, self.mesh_links)
+        object.__setattr__(self, "mesh_links", mats)
+
     @property
     def ranks_per_node(self) -> int:
         """Ranks of the communicator on each node (NCCL's ``ppn``: ``nRanks / nNodes``, rounded down when the
@@ -165,3 +197,10 @@ class CommLayout:
         d = asdict(self)
         d["ranks_per_node"] = self.ranks_per_node
         return d
+
+
+def _count(v) -> int:
+    """An integer link count (ints and integral numpy values; not bools or fractions); ValueError otherwise."""
+    if isinstance(v, bool) or int(v) != v:
+        raise ValueError(v)
+    return int(v)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowsim.nccl_models.graph import graphs_of
 from flowsim.nccl_models.layout import CommLayout
 
 __all__ = ["STREAM_CHUNKS_PER_HOP", "btree_parent", "chunk_groups", "distinct_rings", "dtree_parent", "even_groups",
@@ -59,9 +60,13 @@ def distinct_rings(layout: CommLayout, channels: int) -> int:
     """Rings (trees) with distinct paths.
 
     One node: 1 on a switch (every channel follows the same ring), ``ppn - 2`` on a full mesh (Walecki's
-    edge-disjoint directed Hamiltonian cycles, :func:`walecki_rings`). Several nodes: ``min(channels, NICs,
-    ppn)``, one ring per NIC rail.
+    edge-disjoint directed Hamiltonian cycles, :func:`walecki_rings`), the ring graph's channels on an NVLink
+    mesh (``Graphs.mesh_rings``, which may repeat a cycle). Several nodes: ``min(channels, NICs, ppn)``, one
+    ring per NIC rail.
     """
+    rings = graphs_of(layout).mesh_rings if layout.mesh_links else ()
+    if layout.n_nodes == 1 and rings:
+        return min(channels, len(rings))
     if layout.n_nodes == 1:
         return min(channels, layout.ranks_per_node - 2) if is_mesh(layout) else 1
     return max(1, min(channels, layout.nics_per_node, min(layout.node_sizes)))
@@ -100,6 +105,8 @@ def ring_order(layout: CommLayout, n_rings: int) -> np.ndarray:
     (switch). On a full mesh it follows the Walecki ring ``c`` (one node, :func:`walecki_rings`) or the
     zigzag path from ``s_c + j * ppn / 2`` in node ``j`` (several nodes, :func:`zigzag_path`): no two rings
     share a mesh link, and a ring enters node ``j + 1`` at the local rank where it left node ``j`` (one rail).
+    On an NVLink mesh (``Graphs.mesh_rings``) ring ``c`` follows the search's cycle ``c`` (modulo their number)
+    along direct NVLinks, from ``s_c`` in every node on several nodes.
     Uneven nodes (switch only): every node is entered at local rank ``s_c = c * m / n_rings`` of the smallest
     node's ``m`` ranks, so that a ring keeps one NIC rail in every node (NCCL's inter-node channels use the same
     NIC on every node), and then follows its own ranks in order.
@@ -112,7 +119,14 @@ def ring_order(layout: CommLayout, n_rings: int) -> np.ndarray:
         return np.concatenate([f + (start + np.arange(m)[None, :]) % m for f, m in zip(first, sizes)], axis=1)
     ppn = layout.ranks_per_node
     start = c * ppn // n_rings
-    if is_mesh(layout) and layout.n_nodes == 1:
+    rings = graphs_of(layout).mesh_rings if layout.mesh_links else ()
+    if rings:
+        cyc = np.asarray(rings, dtype=np.int64)[c[:, 0] % len(rings)]  # [n_rings, ppn]
+        if layout.n_nodes > 1:  # rotate cycle c to start at s_c
+            at = np.argmax(cyc == start, axis=1)[:, None]
+            cyc = np.take_along_axis(cyc, (at + np.arange(ppn)[None, :]) % ppn, axis=1)
+        local = cyc
+    elif is_mesh(layout) and layout.n_nodes == 1:
         local = walecki_rings(ppn)[:n_rings]
     elif is_mesh(layout):  # node j starts where node j - 1 left: the ring stays on one NIC rail
         shift = start[:, :, None] + np.arange(layout.n_nodes)[None, :, None] * (ppn // 2)

@@ -12,17 +12,28 @@ NICs: each GPU uses the NICs closest to it (:func:`flowsim.network.topology.nic_
 flow engine's topology wires too). The NICs a communicator can use on a node are the distinct
 closest NICs of its ranks there (NCCL's rings and trees enter and leave a node through the NICs closest
 to the GPUs they run on); across nodes the smallest count is taken.
+
+NVLink mesh (``nvlink_mesh``, the DGX-1 hybrid cube-mesh): which GPU pairs are linked depends on where the
+group sits, so the layout lists the NVLinks among the group's GPUs on each node (``CommLayout.mesh_links``), for
+the group itself and for its siblings, the groups of the same shape that tile the ranks with it
+(``first + j + m * n_ranks * stride``, ``j < stride``, as Megatron's groups of one kind do); NCCL's model then
+takes the slowest. All groups of one kind run at once and the step waits for the slowest of them, and the flow
+engine, which runs them together on one plan, needs one layout for all (TP=2 on a DGX-1V: pairs 0-1 and 4-5 have
+one NVLink, 2-3 and 6-7 two; every TP group is priced on one).
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+
+import numpy as np
 
 from flowsim.config.cluster import ClusterConfig, job_domain_size
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import CommLayout
 from flowsim.nccl_models.versions import DEFAULT_NCCL_VERSION
-from flowsim.network.topology import nic_span
+from flowsim.network.topology import nic_span, nvlink_mesh_links
 from flowsim.units import gbps_to_Bps
 
 
@@ -100,6 +111,7 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
                           f"{n_ranks} ranks with stride {stride} from rank {first_rank}")
     nics = min(len({(r // gpn, nic) for r in ranks for nic in closest_nics(r % gpn, gpn, cluster.nics_per_node)})
                for ranks in ranks_by_domain.values())
+    mesh = _mesh_links(cluster, gpu, n_ranks, stride, first_rank, counts) if gpu.scaleup_kind == "nvlink_mesh" else ()
     return CommLayout(
         n_ranks=n_ranks,
         n_nodes=len(ranks_by_domain),
@@ -116,7 +128,33 @@ def group_layout(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int
         nccl_version=nccl_version,
         mnnvl=any(len({r // gpn for r in ranks}) > 1 for ranks in ranks_by_domain.values()),
         node_ranks=tuple(counts),
+        mesh_links=mesh,
     )
+
+
+def _mesh_links(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int, first_rank: int,
+                counts: list) -> tuple:
+    """NVLinks among the ranks of each node of the group and of its siblings (module docstring), one matrix per
+    distinct pattern; siblings spread over the nodes otherwise than the group are left out. ``()`` with one rank
+    per node."""
+    if counts[0] < 2:
+        return ()
+    gpn = cluster.gpus_per_node
+    board = nvlink_mesh_links(gpn, gpu.scaleup_links)
+    period = n_ranks * stride
+    span = (n_ranks - 1) * stride
+    patterns = set()
+    for f in range(min(math.lcm(gpn, period), cluster.num_gpus - span)):  # f and f + lcm: same pattern
+        if (f - first_rank) % period >= stride:
+            continue
+        by_node = defaultdict(list)
+        for k in range(n_ranks):
+            by_node[(f + k * stride) // gpn].append((f + k * stride) % gpn)
+        if sorted(len(v) for v in by_node.values()) != sorted(counts):
+            continue
+        for local in by_node.values():
+            patterns.add(tuple(map(tuple, board[np.ix_(local, local)].tolist())))
+    return tuple(sorted(patterns))
 
 
 def preset_cluster(cluster: str, nodes: int, gpus_per_node: int | None = None, nics_per_node: int | None = None,

@@ -3,7 +3,8 @@
 Rules, vectorised over all flows at once (numpy, no per-flow Python):
 
 * same GPU: empty path (no link is used);
-* same scale-up domain: NVSwitch up + down, or the direct xGMI / bridge link, or host PCIe up + down;
+* same scale-up domain: NVSwitch up + down, or the direct xGMI / bridge / NVLink mesh link, or (NVLink mesh)
+  the two links through the pair's relay GPU, or host PCIe up + down;
 * otherwise GPU -> NIC (PCIe) -> leaf [-> spine [-> core -> spine] -> leaf] -> NIC -> GPU. A GPU with several
   NICs uses NIC ``j``, and the destination GPU its NIC ``j`` too, ``j`` chosen by the flow hash.
   Equal-cost up-links (spine of the pod, core of the group) are chosen by the same hash (deterministic
@@ -97,6 +98,12 @@ def _intra(t: Topology, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     direct = t.peer_link[a, b % gpn] if t.peer_link.size else np.full(a.size, -1, dtype=np.int64)
     has = direct >= 0
     out[has, 0] = direct[has]
+    if t.relay_gpu.size:  # nvlink_mesh: through the relay GPU's two direct links (topology.mesh_relays)
+        m = np.where(has, -1, t.relay_gpu[a, b % gpn])
+        via = m >= 0
+        out[via, 0] = t.peer_link[a[via], m[via]]
+        out[via, 1] = t.peer_link[(a[via] // gpn) * gpn + m[via], b[via] % gpn]
+        has = has | via
     out[~has, 0] = t.gpu_up_link[a[~has]]
     out[~has, 1] = t.gpu_down_link[b[~has]]
     return out

@@ -8,6 +8,11 @@ Scale-up (inside a scale-up domain), by the GPU's ``scaleup_kind``:
 * ``xgmi_mesh``: a direct link between every ordered pair of GPUs in the node, each
   ``scaleup_Bps / scaleup_links`` (MI300X: 7 links of 64 GB/s, AMD Instinct MI300X data sheet).
 * ``nvlink_bridge``: GPUs ``2k`` and ``2k + 1`` joined by a bridge of ``scaleup_Bps``; other pairs go over PCIe.
+* ``nvlink_mesh``: the DGX-1 hybrid cube-mesh (:func:`nvlink_mesh_links`): a direct link of ``k`` NVLinks
+  (``k x scaleup_Bps / scaleup_links``) between the pairs the board wires, none between the others; a GPU
+  reaches a peer without a link through one relay GPU linked to both (NCCL's ``P2P/indirect`` over an ``NVB``
+  path, NCCL 2.12+ ``paths.cc``), the relay with the most links on its weaker hop (lowest index on ties),
+  ``relay_gpu``. A host PCIe node carries GPU <-> host traffic as for ``pcie``.
 * ``pcie``: GPU-to-GPU through a host PCIe node (one per host), ``pcie_Bps`` each way per GPU.
 
 GPU to NIC: a PCIe link of ``pcie_Bps`` each way between a GPU and each NIC closest to it
@@ -37,7 +42,7 @@ their latency belongs to the per-transfer latency of the caller (NCCL plans give
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,7 +50,8 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.units import GB, gbps_to_Bps
 
-__all__ = ["NodeKind", "LinkKind", "Topology", "TopologySummary", "TierSummary", "build_topology"]
+__all__ = ["NodeKind", "LinkKind", "Topology", "TopologySummary", "TierSummary", "build_topology", "mesh_relays",
+           "nvlink_mesh_links"]
 
 
 class NodeKind(enum.IntEnum):
@@ -88,7 +94,7 @@ class Topology:
     cluster : ClusterConfig
         The description it was built from.
     scaleup_kind : str
-        ``nvswitch``, ``xgmi_mesh``, ``nvlink_bridge`` or ``pcie``.
+        ``nvswitch``, ``xgmi_mesh``, ``nvlink_mesh``, ``nvlink_bridge`` or ``pcie``.
     node_kind : int8[n_nodes]
         :class:`NodeKind` of each node.
     link_src, link_dst : int64[n_links]
@@ -104,8 +110,8 @@ class Topology:
     gpu_up_link, gpu_down_link : int64[num_gpus]
         GPU -> NVSwitch/host and NVSwitch/host -> GPU links; -1 where there is none (``xgmi_mesh``).
     peer_link : int64[num_gpus, gpus_per_node]
-        Direct GPU -> GPU link to the peer with that local index (``xgmi_mesh``, ``nvlink_bridge``); -1 if
-        none.
+        Direct GPU -> GPU link to the peer with that local index (``xgmi_mesh``, ``nvlink_mesh``,
+        ``nvlink_bridge``); -1 if none.
     gpu_nic : int64[num_gpus, nics_per_gpu]
         NIC ids (0-based among NICs) each GPU uses.
     gpu_nic_link, nic_gpu_link : int64[num_gpus, nics_per_gpu]
@@ -124,6 +130,9 @@ class Topology:
         Spine -> core ``c`` of its core group and back (three-tier only; otherwise empty).
     n_tiers : int
         Switch tiers: 1 (one leaf per plane), 2 or 3.
+    relay_gpu : int64[num_gpus, gpus_per_node]
+        ``nvlink_mesh``: local index of the GPU that relays traffic to the peer with that local index when the
+        two have no direct link, -1 otherwise; empty for the other kinds.
     """
 
     cluster: ClusterConfig
@@ -152,6 +161,7 @@ class Topology:
     spine_up_link: np.ndarray
     spine_down_link: np.ndarray
     n_tiers: int
+    relay_gpu: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     @property
     def num_gpus(self) -> int:
@@ -307,12 +317,83 @@ def nic_span(local_gpu, gpus_per_node: int, nics_per_node: int):
     return local_gpu * nics_per_node // gpus_per_node, 1
 
 
+# NVLinks between the 8 GPUs of a DGX-1 with V100 (hybrid cube-mesh; 6 NVLink2 links per GPU, 24 in all): two
+# fully connected quads (GPUs 0-3, 4-7) and the links i <-> i + 4, with 8 of the 16 GPU pairs doubled. NVIDIA, "NVIDIA
+# DGX-1 With Tesla V100 System Architecture", WP-08437-002_v01 (2017), the hybrid cube-mesh figure; the link counts
+# per pair as `nvidia-smi topo -m` prints them on a DGX-1V (NV1 / NV2) and as Li et al., "Evaluating Modern GPU
+# Interconnect: PCIe, NVLink, NV-SLI, NVSwitch and GPUDirect" (IEEE TPDS 2020, arXiv:1903.04611) draw the V100
+# DGX-1. The same board with P100 (4 NVLink1 links per GPU) has one link on each of the 16 pairs (NVIDIA, "NVIDIA
+# DGX-1 System Architecture" white paper, 2017). An AWS p3.16xlarge is this board, a p3.8xlarge its first quad.
+_DGX1V_NVLINKS = np.array([
+    [0, 1, 1, 2, 2, 0, 0, 0],
+    [1, 0, 2, 1, 0, 2, 0, 0],
+    [1, 2, 0, 2, 0, 0, 1, 0],
+    [2, 1, 2, 0, 0, 0, 0, 1],
+    [2, 0, 0, 0, 0, 1, 1, 2],
+    [0, 2, 0, 0, 1, 0, 2, 1],
+    [0, 0, 1, 0, 1, 2, 0, 2],
+    [0, 0, 0, 1, 2, 1, 2, 0],
+], dtype=np.int64)
+_MESH_LINKS = {6: _DGX1V_NVLINKS, 4: (_DGX1V_NVLINKS > 0).astype(np.int64)}  # scaleup_links -> board
+
+
+def nvlink_mesh_links(gpus_per_node: int, scaleup_links: int) -> np.ndarray:
+    """NVLinks between each pair of a host's GPUs on the DGX-1 hybrid cube-mesh (``nvlink_mesh``).
+
+    Parameters
+    ----------
+    gpus_per_node : int
+        GPUs per host: 8 (a DGX-1), or 4 or 2 (the board's first quad or pair).
+    scaleup_links : int
+        NVLink links per GPU: 6 (V100, NVLink2: the DGX-1V wiring) or 4 (P100, NVLink1: one link per pair).
+
+    Returns
+    -------
+    int64[gpus_per_node, gpus_per_node]
+        Links between local GPUs ``i`` and ``j`` (symmetric, 0 on the diagonal and where there is none).
+
+    Raises
+    ------
+    ConfigError
+        Another GPU count or link count (no other NVLink mesh board is modelled).
+    """
+    if scaleup_links not in _MESH_LINKS:
+        raise ConfigError("scaleup_links", "an nvlink_mesh (DGX-1 hybrid cube-mesh) GPU has 6 (V100) or 4 (P100) "
+                          "NVLinks", scaleup_links)
+    if gpus_per_node not in (2, 4, 8):
+        raise ConfigError("gpus_per_node", "an nvlink_mesh host is a DGX-1 hybrid cube-mesh: 8 GPUs (or its first "
+                          "4 or 2)", gpus_per_node)
+    return _MESH_LINKS[scaleup_links][:gpus_per_node, :gpus_per_node].copy()
+
+
+def mesh_relays(links: np.ndarray) -> np.ndarray:
+    """Relay GPU of each pair without a direct link (module docstring, ``nvlink_mesh``).
+
+    Parameters
+    ----------
+    links : int64[g, g]
+        NVLinks between local GPUs (:func:`nvlink_mesh_links`).
+
+    Returns
+    -------
+    int64[g, g]
+        Local index of the GPU that relays ``i -> j``: the one maximising ``min(links[i, m], links[m, j])``
+        (lowest index on ties); -1 where ``i == j``, the pair is linked or no GPU is linked to both.
+    """
+    g = links.shape[0]
+    hop = np.minimum(links[:, :, None], links.T[None, :, :])  # [i, m, j]: links of the weaker hop via m
+    best = np.argmax(hop, axis=1)
+    ok = (np.take_along_axis(hop, best[:, None, :], axis=1)[:, 0, :] > 0) & (links == 0) & ~np.eye(g, dtype=bool)
+    return np.where(ok, best, -1)
+
+
 def _check(cluster: ClusterConfig, gpu) -> None:
     """Rules of a buildable topology beyond ClusterConfig.validate(); raise ConfigError."""
     cluster.validate()
     gpn, nics = cluster.gpus_per_node, cluster.nics_per_node
-    if gpu.scaleup_kind not in ("nvswitch", "xgmi_mesh", "nvlink_bridge", "pcie"):
-        raise ConfigError("scaleup_kind", "must be nvswitch, xgmi_mesh, nvlink_bridge or pcie", gpu.scaleup_kind)
+    if gpu.scaleup_kind not in ("nvswitch", "xgmi_mesh", "nvlink_mesh", "nvlink_bridge", "pcie"):
+        raise ConfigError("scaleup_kind", "must be nvswitch, xgmi_mesh, nvlink_mesh, nvlink_bridge or pcie",
+                          gpu.scaleup_kind)
     if cluster.nvlink_domain > gpn and gpu.scaleup_kind != "nvswitch":
         raise ConfigError("nvlink_domain", f"a scale-up domain larger than a host needs NVSwitches "
                           f"({gpu.key} has {gpu.scaleup_kind})", cluster.nvlink_domain)
@@ -321,6 +402,8 @@ def _check(cluster: ClusterConfig, gpu) -> None:
     if gpu.scaleup_kind == "xgmi_mesh" and gpu.scaleup_links < gpn - 1:
         raise ConfigError("gpus_per_node", f"a full xGMI mesh needs a link to every peer: at most "
                           f"scaleup_links + 1 = {gpu.scaleup_links + 1} GPUs per node", gpn)
+    if gpu.scaleup_kind == "nvlink_mesh":
+        nvlink_mesh_links(gpn, gpu.scaleup_links)  # raises for a board that is not modelled
     if gpu.scaleup_kind == "nvlink_bridge" and gpn % 2:
         raise ConfigError("gpus_per_node", "NVLink bridges join GPU pairs: must be even", gpn)
     if not gpu.pcie_Bps > 0:
@@ -373,12 +456,13 @@ def build_topology(cluster: ClusterConfig, gpu) -> Topology:
     up = np.full(num_gpus, -1, dtype=np.int64)
     down = np.full(num_gpus, -1, dtype=np.int64)
     peer = np.full((num_gpus, gpn), -1, dtype=np.int64)
+    relay = np.zeros((0, 0), dtype=np.int64)
     if kind == "nvswitch":
         switches = g.nodes(NodeKind.NVSWITCH, int(domain.max()) + 1)
         up = g.links(gpus, switches[domain], gpu.scaleup_Bps, 0.0, LinkKind.NVLINK)
         down = g.links(switches[domain], gpus, gpu.scaleup_Bps, 0.0, LinkKind.NVLINK)
     else:
-        if kind in ("pcie", "nvlink_bridge"):
+        if kind in ("pcie", "nvlink_bridge", "nvlink_mesh"):
             hosts = g.nodes(NodeKind.HOST, n_hosts)
             up = g.links(gpus, hosts[host], gpu.pcie_Bps, 0.0, LinkKind.PCIE)
             down = g.links(hosts[host], gpus, gpu.pcie_Bps, 0.0, LinkKind.PCIE)
@@ -392,6 +476,15 @@ def build_topology(cluster: ClusterConfig, gpu) -> Topology:
             ok = partner < num_gpus
             peer[gpus[ok], local[partner[ok]]] = g.links(gpus[ok], partner[ok], gpu.scaleup_Bps, 0.0,
                                                          LinkKind.NVLINK)
+        elif kind == "nvlink_mesh":
+            board = nvlink_mesh_links(gpn, gpu.scaleup_links)
+            a, j = np.meshgrid(gpus, np.arange(gpn), indexing="ij")
+            b = host[a] * gpn + j
+            count = board[local[a], j]
+            for k in np.unique(count[count > 0]):  # one link per linked pair, k NVLinks wide
+                ok = (count == k) & (b < num_gpus)
+                peer[ok] = g.links(a[ok], b[ok], k * gpu.scaleup_Bps / gpu.scaleup_links, 0.0, LinkKind.NVLINK)
+            relay = mesh_relays(board)[local]
 
     # GPU <-> NIC over PCIe.
     nic_ids = g.nodes(NodeKind.NIC, n_hosts * R)
@@ -405,7 +498,7 @@ def build_topology(cluster: ClusterConfig, gpu) -> Topology:
     return Topology(cluster=cluster, scaleup_kind=kind, node_kind=node_kind, link_src=src, link_dst=dst,
                     capacity_Bps=cap, latency_s=lat, link_kind=lkind, gpu_domain=domain, gpu_up_link=up,
                     gpu_down_link=down, peer_link=peer, gpu_nic=gpu_nic, gpu_nic_link=gpu_nic_link,
-                    nic_gpu_link=nic_gpu_link, **fabric)
+                    nic_gpu_link=nic_gpu_link, relay_gpu=relay, **fabric)
 
 
 def _build_fabric(g: _Graph, cluster: ClusterConfig, nic_ids: np.ndarray) -> dict:
