@@ -28,7 +28,26 @@ def test_balanced_dropless_routing():
     assert expert_tokens(cfg, TOK) == (TOK * K, TOK * K // E * 8)
     assert _gemm_m(cfg) == TOK * K // E * 8
     a2a = TOK * K * H * 2
-    assert _comms(cfg) == [("ep", "alltoall", a2a), ("ep", "alltoall", a2a)]
+    counts = ("tpep", "allgather", 8 * E * 8)  # the 8 ranks' int64 token counts per expert
+    assert _comms(cfg) == [counts, ("ep", "alltoall", a2a), ("ep", "alltoall", a2a)]
+    assert _comms(cfg, "bwd") == [("ep", "alltoall", a2a), ("ep", "alltoall", a2a)]  # backward reuses them
+
+
+@pytest.mark.parametrize("extra, exchanged", [
+    (dict(), True),
+    (dict(recompute_granularity="selective", recompute_modules="moe"), True),
+    (dict(moe_expert_capacity_factor=1.0), True),  # dropping without padding: the counts still vary
+    (dict(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True), False),  # fixed sizes
+    (dict(moe_token_dispatcher_type="allgather"), False),
+    (dict(moe_token_dispatcher_type="flex"), False),  # DeepEP / HybridEP count inside their own kernels
+])
+def test_alltoall_dispatcher_gathers_the_token_counts_each_forward(extra, exchanged):
+    cfg = build_config(**MIX, **extra)
+    phases = ("fwd", "recompute") if extra.get("recompute_modules") else ("fwd",)
+    for ph in phases + ("bwd",):
+        got = [c for c in _comms(cfg, ph) if c[:2] == ("tpep", "allgather") and c[2] == 8 * E * 8]
+        assert len(got) == int(exchanged and ph != "bwd"), (ph, _comms(cfg, ph))
+    assert not [c for c in _comms(build_config(**dict(MIX, ep=1, gpus=8)), "fwd") if c[0] == "tpep"]
 
 
 def test_capacity_factor_drops_and_padding_fixes_the_counts():

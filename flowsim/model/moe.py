@@ -44,6 +44,7 @@ from flowsim.model.fusion import ACT_BYTES, activation_step
 from flowsim.model.ops import comm, elementwise, gemm, linear, memory, quantize, wgrad_gemm
 
 ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
+COUNT_BYTES = 8  # one routed-token count per expert, int64 (Megatron-LM ``routing_map.sum(dim=0).long()``)
 
 
 def _ep_tokens(cfg: SimConfig, tokens: int) -> int:
@@ -213,6 +214,23 @@ def _dispatch_comms(cfg: SimConfig, tokens: int, routed: float, received: float)
     return out
 
 
+def count_exchange(cfg: SimConfig) -> list:
+    """(group, op, size) of the token counts the ``alltoall`` dispatcher exchanges before its forward all-to-all.
+
+    Each GPU counts its tokens per expert and all-gathers the ``E`` counts of every rank of the expert-tensor x
+    expert-parallel group (megatron-core 0.15.0 ``transformer/moe/token_dispatcher.py``
+    ``MoEAlltoAllTokenDispatcher.preprocess``: ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
+    group=self.tp_ep_group)``), from which it takes the all-to-all's split sizes and the received tokens per
+    local expert; the backward pass reuses them. A small, latency-bound collective in every forward, on the
+    critical path (the CPU then waits for the counts: ``cuda_sync_point``). None with padding to capacity, whose
+    sizes are fixed (``drop_and_pad``), nor with one rank in the group.
+    """
+    group = dispatch_group_size(cfg)
+    if cfg.model.moe_pad_expert_input_to_capacity or group == 1:
+        return []
+    return [("tpep", "allgather", group * cfg.model.num_moe_experts * COUNT_BYTES)]
+
+
 def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, recomputes) -> None:
     """Append the compute rows and collectives of one MoE MLP for one micro-batch on one GPU.
 
@@ -255,6 +273,7 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
 
     linear(rows, "router", tok, e, h, t.half_dtype, full)
     dispatch = _dispatch_comms(cfg, tokens, routed, local * per_expert)
+    counts = count_exchange(cfg) if t.moe_token_dispatcher_type == "alltoall" else []
     for ph in phases:
         rows.append(memory("router_topk" + (".bwd" if ph == "bwd" else ""), tok * e * ROUTER_BYTES_PER_SCORE, ph))
         # permute before dispatch and unpermute after combine: read and write every routed hidden vector
@@ -266,6 +285,8 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
             rows.append(memory("sort_chunks" + (".bwd" if ph == "bwd" else ""),
                                2 * 2 * local * per_expert * h * ACT_BYTES, ph))
         overlap = "shared_expert" if t.moe_shared_expert_overlap else "none"  # beside the shared experts
+        if ph != "bwd":
+            comms.extend(comm(group, op, size, ph) for group, op, size in counts)
         comms.extend(comm(group, op, size, ph, overlap) for group, op, size in dispatch)
 
     def grouped(name, mm, nn, kk, phase):
