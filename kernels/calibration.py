@@ -244,7 +244,8 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     KernelStack
         ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family); 1 without a
         profile, a release, or a fitted value for that pair. ``attention_impl`` = the kernel the release runs
-        on ``gpu.arch`` (:func:`flowsim.kernels.stack.attention_kernel`).
+        on ``gpu.arch`` (:func:`flowsim.kernels.stack.attention_kernel`). ``sustained`` = True: a training
+        step keeps the GPU at its power limit (:mod:`flowsim.kernels.sustained`).
     """
     if not software_release and framework_version.strip().lower() in releases().index:
         software_release = framework_version
@@ -252,7 +253,7 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     if calibration_on(calibration) and software_release:
         scale = load_profile(calibration).value("gemm_fraction", gpu.arch, release(software_release).family)
     return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale,
-                       attention_impl=attention_kernel(software_release, gpu.arch))
+                       attention_impl=attention_kernel(software_release, gpu.arch), sustained=True)
 
 
 def host_scale(calibration: str, software_release: str, framework_version: str, cpu: str) -> float:

@@ -69,6 +69,11 @@ SPLIT_K = np.array([1, 2, 4, 8, 16], dtype=np.int64)
 SPLIT_K_PARTIAL_BYTES = 8.0
 
 
+LOADS = ("burst", "sustained")
+"""Values of the ``load`` column of the GEMM tables: how long a measurement kept the GPU busy
+(:mod:`flowsim.kernels.sustained`)."""
+
+
 # Element size of a GEMM output: fp8 and block-scaled fp4 GEMMs write bf16 (torch._scaled_mm's usual output, TE's
 # FP8/NVFP4 GEMMs); others their input dtype.
 _GEMM_OUT_DTYPE = {"fp8": "bf16", "nvfp4": "bf16", "mxfp4": "bf16"}
@@ -155,12 +160,13 @@ def ceiling_rows() -> pd.DataFrame:
     (gpu, dtype, release), in one frame.
 
     Columns: gpu, mdt (measurement dtype, :func:`mamf_dtype`), tflops, m, n, k, release (a key of
-    ``software_releases``; a MAMF row's stack is ``pytorch-<torch_version>``), date (``YYYY-MM``), table.
+    ``software_releases``; a MAMF row's stack is ``pytorch-<torch_version>``), load (``burst`` or ``sustained``,
+    :mod:`flowsim.kernels.sustained`), date (``YYYY-MM``), table.
 
     Raises
     ------
     ConfigError
-        A row whose release is not in ``software_releases``.
+        A row whose release is not in ``software_releases``, or whose load is not one of ``LOADS``.
     """
     mamf = load_table("gemm_mamf")
     extra = load_table("gemm_release")
@@ -168,11 +174,16 @@ def ceiling_rows() -> pd.DataFrame:
     rows = pd.concat([
         pd.DataFrame({"gpu": mamf.gpu, "mdt": mamf["dtype"].map(mamf_dtype), "tflops": mamf.mamf_tflops,
                       "m": mamf.best_m, "n": mamf.best_n, "k": mamf.best_k,
-                      "release": "pytorch-" + mamf.torch_version.astype(str), "table": "gemm_mamf"}),
+                      "release": "pytorch-" + mamf.torch_version.astype(str), "load": mamf["load"],
+                      "table": "gemm_mamf"}),
         pd.DataFrame({"gpu": extra.gpu, "mdt": extra["dtype"].map(mamf_dtype), "tflops": extra.tflops,
                       "m": extra.m, "n": extra.n, "k": extra.k, "release": extra.release,
-                      "table": "gemm_release"}),
+                      "load": extra["load"], "table": "gemm_release"}),
     ], ignore_index=True)
+    bad = ~rows["load"].isin(LOADS)
+    if bad.any():
+        r = rows[bad].iloc[0]
+        raise ConfigError(f"{r.table}: load", f"must be one of {', '.join(LOADS)}", r["load"])
     rel = releases()
     unknown = ~rows.release.isin(rel.index)
     if unknown.any():
@@ -208,12 +219,15 @@ class Ceiling:
     fallback : str
         ``""`` when the measurement is of the requested release (or the default stack was asked for), else
         ``"older"`` or ``"newer"``: the nearest measured release on that side was used.
+    load : str
+        How long the measurement loaded the GPU: ``burst`` or ``sustained`` (:mod:`flowsim.kernels.sustained`).
     """
 
     value: float
     release: str
     date: str
     fallback: str = ""
+    load: str = "burst"
 
 
 @functools.lru_cache(maxsize=None)
@@ -241,12 +255,13 @@ def gemm_ceiling(measured_key: str, mdt: str, release: str = "") -> Ceiling:
         date = releases().loc[release, "date"]
         older = rows[rows.date <= date]
         row, fallback = (older.iloc[-1], "older") if len(older) else (rows.iloc[0], "newer")
-    value = _measured_ceiling(measured_key, mdt, row.m, row.n, row.k, row.tflops)
-    return Ceiling(value, row.release, row.date, fallback)
+    value = measured_ceiling(measured_key, mdt, row.m, row.n, row.k, row.tflops)
+    return Ceiling(value, row.release, row.date, fallback, row["load"])
 
 
-def _measured_ceiling(measured_key: str, mdt: str, m: int, n: int, k: int, tflops: float) -> float:
-    """Ceiling that makes the model reproduce ``tflops`` measured at shape (m, n, k) on a measured GPU."""
+def measured_ceiling(measured_key: str, mdt: str, m: int, n: int, k: int, tflops: float) -> float:
+    """Ceiling that makes the model reproduce ``tflops`` (TFLOP/s) measured at shape (m, n, k) on the measured GPU
+    ``measured_key`` in measurement dtype ``mdt`` (formula in the module docstring), dimensionless."""
     ref = get_gpu(measured_key)
     shape = best_shape_efficiency([m], [n], [k], [1], ref.sm_count, tiles_for(ref))[0]
     flops = 2.0 * m * n * k
@@ -283,4 +298,4 @@ def mamf_ceiling(measured_key: str, mdt: str) -> float:
     """Ceiling from a measured GPU's ``gemm_mamf`` row (formula in the module docstring), dimensionless."""
     rows = load_table("gemm_mamf")
     row = rows[(rows["gpu"] == measured_key) & (rows["dtype"] == mdt)].iloc[0]
-    return _measured_ceiling(measured_key, mdt, row.best_m, row.best_n, row.best_k, row.mamf_tflops)
+    return measured_ceiling(measured_key, mdt, row.best_m, row.best_n, row.best_k, row.mamf_tflops)

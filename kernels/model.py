@@ -3,8 +3,9 @@
 ``time = max(latency + max(flops / (peak * eff_c), bytes / (hbm_Bps * eff_m)), KERNEL_MIN_TIME_S)`` per op, where
 
 - GEMM ``eff_c`` = measured ceiling (of the job's software release) x tile and wave quantisation x power
-  derate x calibrated GEMM multiplier, and ``latency`` = the measured fixed time of a GEMM launch
-  (flowsim.kernels.gemm, flowsim.kernels.stack, flowsim.kernels.power),
+  derate (under sustained load: the clock the GPU holds at its power limit, for ceilings measured in short
+  bursts) x calibrated GEMM multiplier, and ``latency`` = the measured fixed time of a GEMM launch
+  (flowsim.kernels.gemm, flowsim.kernels.stack, flowsim.kernels.power, flowsim.kernels.sustained),
 - attention ``eff_c`` = the attention table of the job's implementation (FlashAttention-2/3 or cuDNN: the
   kernel its software release runs) interpolated on log(seq_k) and head dim (flowsim.kernels.attention)
   x power derate,
@@ -45,6 +46,7 @@ from flowsim.kernels.ops import SHAPE_COLUMNS, validate_ops
 from flowsim.kernels.power import clock_fraction
 from flowsim.kernels.reference import Reference, warn_if_scaled
 from flowsim.kernels.stack import DEFAULT_STACK, KernelStack
+from flowsim.kernels.sustained import sustained_ceiling
 from flowsim.units import DTYPE_BYTES
 
 # Shortest kernel in the H200 profiler trace shared/data/traces/flowsim_h200_4rank_sglang_tp4.json.gz
@@ -209,7 +211,7 @@ def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: fl
         warnings.warn(f"software_release {stack.release}: no {ref.measured} {ref.dtype} GEMM measurement on it; "
                       f"using {ceiling.release} ({ceiling.date}), the nearest {ceiling.fallback} release",
                       FlowsimWarning, stacklevel=5)
-    rate = peak * ceiling.value * clock_fraction(gpu, ref.measured, stack.power_limit_w) * stack.gemm_scale
+    rate = peak * _gemm_ceiling_value(gpu, dtype, ref.measured, ceiling, stack) * stack.gemm_scale
     flops = _given_or(a, "flops", rows, 2.0 * m * n * k * batch)
     nbytes = _given_or(a, "bytes", rows, gemm_bytes(m, n, k, batch, dtype))
     eff, extra = gemm_candidates(m, n, k, batch, gpu.sm_count, tiles_for(gpu))
@@ -222,6 +224,18 @@ def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: fl
     latency = np.full(rows.size, gemm_latency_s(lat_ref.measured))
     return (np.take_along_axis(t_c, best, 1)[:, 0], np.take_along_axis(t_m, best, 1)[:, 0], latency, flops,
             nbytes + np.take_along_axis(extra, best, 1)[:, 0])
+
+
+def _gemm_ceiling_value(gpu: GPUSpec, dtype: str, measured_key: str, ceiling, stack: KernelStack) -> float:
+    """GEMM ceiling of ``gpu`` (fraction of its peak): the release's measured ceiling derated to the power limit,
+    and under sustained load no higher than the sustained ceiling when it was measured in a short burst
+    (:mod:`flowsim.kernels.sustained`)."""
+    value = ceiling.value * clock_fraction(gpu, measured_key, stack.power_limit_w)
+    if stack.sustained and ceiling.load == "burst":
+        held = sustained_ceiling(gpu, dtype, stack.power_limit_w)
+        if held is not None:
+            return min(value, held)
+    return value
 
 
 def _attention_terms(a, rows, dtype, pass_, gpu, mem_Bps, impl, refs, stack):

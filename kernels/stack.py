@@ -1,4 +1,5 @@
-"""The software stack a job runs on: its release, the GPU's power limit and a calibrated GEMM multiplier.
+"""The software stack a job runs on: its release, the GPU's power limit, a calibrated GEMM multiplier and whether
+its GEMMs run under sustained load.
 
 Kernel efficiency depends on the software that runs the kernels (CUDA, cuBLAS, Transformer Engine, the
 framework's container) as much as on the GPU. Every measured GEMM row names the stack it was measured on
@@ -131,12 +132,17 @@ class KernelStack:
     attention_impl : str
         Attention implementation the job's kernels run (``fa2``, ``fa3``, ``cudnn``: :func:`attention_kernel`
         of the release and GPU generation); ``""`` = ``fa2``.
+    sustained : bool
+        The GEMMs run under continuous load (a training step): a ceiling measured in a short burst is derated
+        to the clock the GPU sustains at its power limit (:mod:`flowsim.kernels.sustained`). False (the
+        default) prices a kernel as the benchmarks measured it.
     """
 
     release: str = ""
     power_limit_w: float = 0.0
     gemm_scale: float = 1.0
     attention_impl: str = ""
+    sustained: bool = False
 
     def __post_init__(self):
         if self.release:
@@ -148,6 +154,8 @@ class KernelStack:
         if not (isinstance(self.gemm_scale, (int, float)) and math.isfinite(self.gemm_scale)
                 and self.gemm_scale > 0):
             raise ConfigError("gemm_scale", "must be a number > 0", self.gemm_scale)
+        if not isinstance(self.sustained, bool):
+            raise ConfigError("sustained", "must be true or false", self.sustained)
 
     @property
     def family(self) -> str:
@@ -156,4 +164,5 @@ class KernelStack:
 
 
 DEFAULT_STACK = KernelStack()
-"""The stack of the shipped tables' newest rows, at the GPU's own power limit, uncalibrated."""
+"""The stack of the shipped tables' newest rows, at the GPU's own power limit, uncalibrated, priced as
+benchmarked (no sustained-load derate)."""

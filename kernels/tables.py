@@ -4,13 +4,15 @@ Tables (one CSV each; units in the column names):
 
 ``gemm_mamf``
     Maximum achievable matmul FLOP/s per GPU and dtype at the best shape of a brute-force search.
-    Columns: gpu, dtype, mamf_tflops, theory_tflops, best_m, best_n, best_k, torch_version, source.
+    Columns: gpu, dtype, mamf_tflops, theory_tflops, best_m, best_n, best_k, torch_version, load (``burst``:
+    how long the measurement kept the GPU busy, :mod:`flowsim.kernels.sustained`), source.
 ``gemm_release``
     GEMMs of several shapes measured by other benchmarks on a named software stack (dated in
     ``software_releases``, see :mod:`flowsim.kernels.stack`). The fastest shape of each (gpu, dtype, release)
     sets that release's ceiling, as MAMF's best shape does; the other shapes check the tile model
     (:mod:`flowsim.kernels.accuracy`). Columns: gpu, dtype, tflops, m, n, k, release, data (input
-    initialisation: ``random``), source.
+    initialisation: ``random``), load (``sustained``: after 10,000 warm-up launches,
+    :mod:`flowsim.kernels.sustained`), source.
 ``gemm_latency``
     The shortest GEMM launch (time and shape) in a profiler trace of each GPU, from which the fixed GEMM latency
     is derived. Columns: gpu, time_us, kernel, dtype, m, n, k, batch, source.
