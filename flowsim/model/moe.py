@@ -220,8 +220,9 @@ def count_exchange(cfg: SimConfig) -> list:
     Each GPU counts its tokens per expert and all-gathers the ``E`` counts of every rank of the expert-tensor x
     expert-parallel group (megatron-core 0.15.0 ``transformer/moe/token_dispatcher.py``
     ``MoEAlltoAllTokenDispatcher.preprocess``: ``gather_from_sequence_parallel_region(num_local_tokens_per_expert,
-    group=self.tp_ep_group)``), from which it takes the all-to-all's split sizes and the received tokens per
-    local expert; the backward pass reuses them. A small, latency-bound collective in every forward, on the
+    group=self.tp_ep_group)``; AICB's Megatron core_v0.13 workload lists it as each MoE layer's EP all-gather,
+    ../shared/research/simai-notes.md), from which it takes the all-to-all's split sizes and the received tokens
+    per local expert; the backward pass reuses them. A small, latency-bound collective in every forward, on the
     critical path (the CPU then waits for the counts: ``cuda_sync_point``). None with padding to capacity, whose
     sizes are fixed (``drop_and_pad``), nor with one rank in the group.
     """
