@@ -16,7 +16,8 @@ to the GPUs they run on); across nodes the smallest count is taken.
 NVLink mesh (``nvlink_mesh``, the DGX-1 hybrid cube-mesh): which GPU pairs are linked depends on where the
 group sits, so the layout lists the NVLinks among the group's GPUs on each node (``CommLayout.mesh_links``), for
 the group itself and for its siblings, the groups of the same shape that tile the ranks with it
-(``first + j + m * n_ranks * stride``, ``j < stride``, as Megatron's groups of one kind do); NCCL's model then
+(first ranks ``t + j + m * n_ranks * stride``, ``j < stride``, ``t`` the tiling's offset, 0 when the group's
+first rank modulo ``n_ranks * stride`` is below ``stride``, as for Megatron's groups of one kind); NCCL's model then
 takes the slowest. All groups of one kind run at once and the step waits for the slowest of them, and the flow
 engine, which runs them together on one plan, needs one layout for all (TP=2 on a DGX-1V: pairs 0-1 and 4-5 have
 one NVLink, 2-3 and 6-7 two; every TP group is priced on one).
@@ -143,9 +144,10 @@ def _mesh_links(cluster: ClusterConfig, gpu: GPUSpec, n_ranks: int, stride: int,
     board = nvlink_mesh_links(gpn, gpu.scaleup_links)
     period = n_ranks * stride
     span = (n_ranks - 1) * stride
+    shift = first_rank % period - first_rank % stride  # the tiling's offset: 0 for Megatron's aligned groups
     patterns = set()
     for f in range(min(math.lcm(gpn, period), cluster.num_gpus - span)):  # f and f + lcm: same pattern
-        if (f - first_rank) % period >= stride:
+        if (f - shift) % period >= stride:
             continue
         by_node = defaultdict(list)
         for k in range(n_ranks):
