@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import flowsim
 from flowsim.network import collective_flows, symmetry
+from flowsim.network.lru import BytesLRU
 from flowsim.network.netsim import simulate
 from flowsim.network.symmetry import quotient
 from flowsim.step import flows as step_flows
@@ -132,6 +133,31 @@ def test_components_that_differ_are_not_merged():
     assert res.finish_s.tolist() == [1e-6, 5e-7, 1e-6]
 
 
+def test_quotient_is_reused_for_the_same_structure_at_other_sizes(monkeypatch):
+    monkeypatch.setattr(symmetry, "MAX_CLASS_FRACTION", 1.0)  # build the quotient however little it saves
+    # four copies of a two-step chain over their own links, sharing link 0: one class per step
+    cap = np.array([4e9, 1e9, 1e9, 1e9, 1e9])
+    ptr = np.arange(0, 17, 2)
+    links = np.array([l for c in range(4) for l in (0, c + 1, 0, c + 1)])
+    dptr = np.repeat(np.arange(5), 2)[:-1]  # transfer 2c + 1 waits for 2c
+    didx = np.arange(0, 8, 2)
+    zeros = np.zeros(8)
+
+    def q(size):
+        return quotient(cap, ptr, links, np.asarray(size, float), zeros, zeros, dptr, didx)
+
+    first = q([1e6] * 8)
+    assert first is not None and first.n_classes == 2
+    assert q([3e6] * 8) is first  # equal sizes again: the partition is the same
+    uneven = q([1e6, 1e6, 1e6, 1e6, 3e6, 3e6, 3e6, 3e6])
+    assert uneven is not first and uneven.n_classes == 4
+    for size in ([3e6] * 8, [1e6] * 4 + [3e6] * 4):
+        paths = [list(links[ptr[t]:ptr[t + 1]]) for t in range(8)]
+        _, finish = reference_simulate(cap, paths, size, zeros, [[t - 1] if t % 2 else [] for t in range(8)], zeros)
+        res = simulate(cap, ptr, links, size, dep_ptr=dptr, dep_idx=didx)
+        np.testing.assert_allclose(res.finish_s, finish, rtol=1e-9)
+
+
 FLOW_CASES = {
     "gpt3 dp rails": dict(model="gpt3-175b", cluster="dgx-h100", gpus=256, tp=8, pp=4, gbs=128, sp=True,
                           distributed_optimizer=True),
@@ -169,7 +195,7 @@ def test_prepared_collectives_are_reused_and_bounded_by_bytes():
     first = collective_flows._prepare(cfg.cluster, gpu, "allreduce", 1e8, groups, None, None, True, 8192)
     again = collective_flows._prepare(cfg.cluster, gpu, "allreduce", 1e8, groups.copy(), None, None, True, 8192)
     assert again is first and not first.links.flags.writeable
-    cache = collective_flows._PreparedCache(max_bytes=100)
+    cache = BytesLRU(max_bytes=100)
     for k in range(3):
         cache.put(k, str(k), 60)
     assert cache.get(0) is None and cache.get(1) is None and cache.get(2) == "2" and cache.bytes == 60

@@ -32,7 +32,6 @@ Comparing the flow engine with nccl-tests logs is :mod:`flowsim.validation.nccl_
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -47,6 +46,7 @@ from flowsim.nccl_models import (
     DEFAULT_MAX_TRANSFERS, DEFAULT_NCCL_VERSION, NET_BW_EFFICIENCY, NET_SWITCH, P2P_OPS, SWITCH, CollectiveEstimate,
     CommLayout, Plan, busbw_factor, plan_collective,
 )
+from flowsim.network.lru import BytesLRU
 from flowsim.network.netsim import simulate
 from flowsim.network.routing import route
 from flowsim.network.topology import _TIER_NAMES, LinkKind, Topology, build_topology
@@ -271,30 +271,7 @@ them; a cap by count thrashes on the larger steps, one by bytes bounds the memor
 (benchmarks/bench_flow_scaling.py, max RSS)."""
 
 
-class _PreparedCache:
-    """Least-recently-used mapping bounded by the bytes of its values' arrays."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes, self.bytes, self.items = max_bytes, 0, OrderedDict()
-
-    def get(self, key):
-        hit = self.items.get(key)
-        if hit is not None:
-            self.items.move_to_end(key)
-        return None if hit is None else hit[0]
-
-    def put(self, key, value, nbytes: int) -> None:
-        self.items[key] = (value, nbytes)
-        self.bytes += nbytes
-        while self.bytes > self.max_bytes and len(self.items) > 1:
-            self.bytes -= self.items.popitem(last=False)[1][1]
-
-    def clear(self) -> None:
-        self.items.clear()
-        self.bytes = 0
-
-
-_PREPARED = _PreparedCache(PREPARED_CACHE_BYTES)
+_PREPARED = BytesLRU(PREPARED_CACHE_BYTES)
 
 ROUTES_CACHE_BYTES = 128 * 2**20
 """Bytes of routed plans (paths of every transfer of one plan structure on one set of groups) kept per process,
@@ -302,7 +279,7 @@ least recently used dropped first. A cost cap only: plans of one collective at d
 transfers' endpoints and channels (every size below a chunk per channel; every streamed size), and routing them
 again is most of the preparation of a large plan (20 NVL72 racks: 184,192 tree transfers)."""
 
-_ROUTES = _PreparedCache(ROUTES_CACHE_BYTES)
+_ROUTES = BytesLRU(ROUTES_CACHE_BYTES)
 
 
 def _prepare(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, groups: np.ndarray, algo, proto,

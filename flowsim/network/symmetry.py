@@ -31,6 +31,11 @@ collision cannot merge elements that are not interchangeable (the quotient is dr
 The one difference from the explicit simulation: there, events of different transfers that fall within the
 event loop's relative tolerance (``rtol``) of each other are handled in one batch, and sums of rates over a
 link are taken in another order. Times agree to about ``rtol`` relative (tests/test_flow_symmetry.py).
+
+The partition depends on the sizes, releases and latencies only through which transfers share them, so
+:func:`quotient` keeps its answers (a quotient, or none) in a small cache keyed by the structure (capacities,
+paths, dependencies) and that labelling: the same collective at another size (a sweep, or the streamed plans of
+one step's buckets) re-uses its quotient without another refinement.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ import numpy as np
 from numba import njit
 
 from flowsim.network.components import identical
+from flowsim.network.lru import BytesLRU
 from flowsim.network.maxmin_kernels import _link_csr
 
 __all__ = ["Quotient", "quotient"]
@@ -60,6 +66,11 @@ dependency chain per round (a ring's asymmetry travels round it): two of llama3.
 settle after 65 rounds (65,536 transfers in 4,096 classes, 1.2 s saved per simulation), but gpt3-175b's
 data-parallel rings on 16,384 GPUs (65,536 transfers, 128 re-solves, 0.6 s each) had not settled after 96
 rounds, which cost 0.5-0.9 s each. A cost cap only, set by hand from those runs."""
+
+QUOTIENT_CACHE_BYTES = 64 * 2**20
+"""Bytes of quotients (:class:`Quotient` arrays) kept per process, least recently used dropped first; answers
+of "no quotient" cost nothing. A cost cap only: the 30-size AllReduce sweep on 20 NVL72 racks has four
+structures (benchmarks/bench_collectives.py), a step's windows rarely repeat one."""
 
 _MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15, splitmix64's odd constant (routing.py cites it)
 _M1 = np.int64(-4658895280553007687)  # 0xBF58476D1CE4E5B9, splitmix64's first multiplier
@@ -99,6 +110,54 @@ def _dense(keys):
             n_col += 1
         out[i] = slot_col[j]
     return out, n_col
+
+
+@njit(cache=True)
+def _constant(x):
+    for i in range(1, x.shape[0]):
+        if x[i] != x[0]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _labels(size_bits, release_bits, latency_bits):
+    """Dense labels of the transfers' (size, release, latency) triples, numbered in order of first occurrence:
+    equal labels for equal triples, exactly (each attribute's dense colours, then pairs of them; constant
+    attributes skipped)."""
+    out = np.zeros(size_bits.shape[0], dtype=np.int64)
+    for x in (size_bits, release_bits, latency_bits):
+        if not _constant(x):
+            c, n_c = _dense(x)
+            out = _dense(out * n_c + c)[0]  # both < n: no overflow below 3e9 transfers
+    return out
+
+
+@njit(cache=True)
+def _absorb(h1, h2, x):
+    """Two independent 64-bit hash chains with the array ``x`` absorbed, its length first: each element is
+    xor-ed (added) into the state, multiplied by an odd constant (splitmix64's two multipliers) and its high half
+    folded down."""
+    h1 = (h1 ^ x.shape[0]) * _M1
+    h2 = (h2 + x.shape[0]) * _M2
+    for i in range(x.shape[0]):
+        h1 = (h1 ^ x[i]) * _M1
+        h1 ^= (h1 >> 32) & 0xFFFFFFFF
+        h2 = (h2 + x[i]) * _M2
+        h2 ^= (h2 >> 29) & 0x7FFFFFFFF
+    return h1, h2
+
+
+@njit(cache=True)
+def _digest(cap_bits, route_ptr, route_links, dep_ptr, dep_idx, labels):
+    """128-bit hash (two 64-bit lanes) of a transfer set's structure: capacities, paths, dependencies and the
+    labels of :func:`_labels`."""
+    h1, h2 = _absorb(np.int64(1), np.int64(2), cap_bits)
+    h1, h2 = _absorb(h1, h2, route_ptr)
+    h1, h2 = _absorb(h1, h2, route_links)
+    h1, h2 = _absorb(h1, h2, dep_ptr)
+    h1, h2 = _absorb(h1, h2, dep_idx)
+    return _absorb(h1, h2, labels)
 
 
 @njit(cache=True)
@@ -334,12 +393,37 @@ def quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.nd
              release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray):
     """The quotient of a checked transfer set (:func:`flowsim.network.netsim.simulate`'s arrays): one component per
     class of identical ones (:func:`flowsim.network.components.identical`, no refinement rounds needed), then the
-    kept transfers' coarsest equitable partition; ``None`` when neither saves anything.
+    kept transfers' coarsest equitable partition; ``None`` when neither saves anything. Answers are cached by the
+    structure (module docstring; the arrays of a cached quotient are read-only).
 
     Returns
     -------
     Quotient or None
     """
+    ints = [np.ascontiguousarray(a, dtype=np.int64) for a in (route_ptr, route_links, dep_ptr, dep_idx)]
+    labels = _labels(*(np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+                       for a in (size_bytes, release_s, latency_s)))
+    key = (MAX_CLASS_FRACTION, MAX_ROUNDS, *_digest(np.ascontiguousarray(capacity_Bps, dtype=np.float64).view(np.int64),
+                                                    *ints, labels))
+    q = _QUOTIENTS.get(key, _MISS)
+    if q is _MISS:
+        q = _quotient(capacity_Bps, route_ptr, route_links, size_bytes, release_s, latency_s, dep_ptr, dep_idx)
+        arrays = () if q is None else [getattr(q, f) for f in _ARRAYS]
+        for a in arrays:
+            a.flags.writeable = False
+        _QUOTIENTS.put(key, q, sum(a.nbytes for a in arrays))
+    return q
+
+
+_ARRAYS = ("capacity_Bps", "route_ptr", "route_links", "dep_ptr", "dep_idx", "weights", "transfers", "transfer_of",
+           "link_of")
+_MISS = object()
+_QUOTIENTS = BytesLRU(QUOTIENT_CACHE_BYTES)
+
+
+def _quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_links: np.ndarray, size_bytes: np.ndarray,
+              release_s: np.ndarray, latency_s: np.ndarray, dep_ptr: np.ndarray, dep_idx: np.ndarray):
+    """:func:`quotient` without the cache."""
     red = identical(capacity_Bps, route_ptr, route_links, size_bytes, release_s, latency_s, dep_ptr, dep_idx)
     if red is None:
         return _equitable_quotient(capacity_Bps, route_ptr, route_links, size_bytes, release_s, latency_s, dep_ptr,
