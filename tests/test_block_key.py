@@ -92,3 +92,25 @@ def test_a_tune_space_shares_its_blocks_and_keeps_its_numbers(space):
     for cfg, numbers in list(zip(space, warm))[::5]:
         _clear()
         assert make_fast_path_data.result_numbers(flowsim.simulate(cfg)) == numbers, cfg.training
+
+
+@pytest.mark.parametrize("kw", [dict(model="deepseek-v3", cluster="hgx-h800", gpus=256, pp=4, vpp=2, ep=8, gbs=256,
+                                     pipeline_layer_split="balanced", account_for_embedding_in_pipeline_split=True),
+                                dict(model="deepseek-v3", cluster="hgx-h800", gpus=256, pp=16, ep=8, gbs=512,
+                                     schedule="dualpipe", pipeline_layer_split="balanced"),
+                                dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=64, pp=8, tp=2, sp=True, gbs=64,
+                                     moe_layer_freq=2)])
+def test_moe_layer_counts_equal_a_layer_by_layer_count(kw):
+    cfg = flowsim.build_config(**kw)
+    layers, moe = workload.chunk_layer_counts(cfg, with_moe=True)
+    t, m = cfg.training, cfg.model
+    p, v = t.pp, t.vpp
+    expected, start = np.zeros((p, v), dtype=np.int64), 0
+    for idx in range(p * v):  # the model's layers in virtual-stage order
+        s, c = idx % p, idx // p
+        n = layers[s, c] - (m.mtp_num_layers if idx == p * v - 1 else 0)
+        expected[s, c] = sum(m.moe_layer(i) for i in range(start, start + n))
+        start += n
+    expected[p - 1, v - 1] += m.mtp_num_layers * m.mtp_moe()
+    assert start == m.num_layers and np.array_equal(moe[:, :v], expected)
+    assert 0 < moe.sum() < layers.sum()

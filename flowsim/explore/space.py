@@ -232,6 +232,9 @@ def enumerate_layouts(base: Mapping, space: LayoutSpace) -> Enumeration:
     configs: list = []
     total = 0
     n_leaf = len(space.recompute) * len(space.zero)
+    # one model and one cluster object for all configs (by repr: 400 and 400.0 stay apart): the caches keyed by
+    # object (the store key's section JSON) hit, and a batch pickles each once
+    sections: dict = {}
     for tp, pp, vpp, cp, ep, sp in itertools.product(space.tp, space.pp, space.vpp, space.cp, space.ep, space.sp):
         if sp and tp == 1:
             continue  # sequence parallelism is a TP mode: (tp=1, sp) is not a candidate
@@ -244,6 +247,8 @@ def enumerate_layouts(base: Mapping, space: LayoutSpace) -> Enumeration:
         except ConfigError as e:
             pruned[e.field] += subtree
             continue
+        skel = dataclasses.replace(skel, model=sections.setdefault(repr(skel.model), skel.model),
+                                   cluster=sections.setdefault(repr(skel.cluster), skel.cluster))
         configs.extend(_expand(skel, space, scheds, pruned))
     return Enumeration(configs=tuple(configs), candidates=total, pruned=dict(pruned))
 

@@ -443,13 +443,12 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
             per[0] += rem - (k - 1)
         per[0] -= e
         per[-1] -= lo
-    counts = np.zeros((p, v), dtype=np.int64)
-    moe = np.zeros((p, v), dtype=np.int64)
-    start = 0
-    for idx in range(k):
-        counts[idx % p, idx // p] = per[idx]
-        moe[idx % p, idx // p] = sum(cfg.model.moe_layer(i) for i in range(start, start + per[idx]))
-        start += per[idx]
+    # virtual stage idx is (stage idx % p, chunk idx // p); its MoE layers from the model's running count
+    ends = np.cumsum(per)
+    before = moe_layers_before(cfg.model)
+    counts = per.reshape(v, p).T.copy()
+    moe = np.where(per > 0, before[np.clip(ends, 0, None)] - before[np.clip(ends - per, 0, None)], 0)
+    moe = moe.reshape(v, p).T.copy()
     # multi-token prediction layers follow the decoder on the last virtual stage (Megatron-LM builds the MTP
     # block beside the output layer)
     counts[p - 1, v - 1] += cfg.model.mtp_num_layers
@@ -457,6 +456,21 @@ def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
     if t.schedule == "dualpipe":
         counts, moe = np.hstack([counts, counts[::-1]]), np.hstack([moe, moe[::-1]])
     return (counts, moe) if with_moe else counts
+
+
+# MoE layers before each layer index, by model (moe_layers_before)
+_MOE_BEFORE = BoundedCache(64)
+
+
+def moe_layers_before(m) -> np.ndarray:
+    """int64[num_layers + 1]: how many of the first ``i`` layers of model ``m`` are MoE layers
+    (:meth:`flowsim.config.ModelConfig.moe_layer`), read-only, built once per model."""
+    def build():
+        out = np.concatenate([[0], np.cumsum([m.moe_layer(i) for i in range(m.num_layers)], dtype=np.int64)])
+        out.flags.writeable = False
+        return out
+
+    return _MOE_BEFORE.get(m, build)
 
 
 def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarray | None = None) -> tuple:
@@ -468,9 +482,10 @@ def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarra
     # stages holding the embedding and the LM head (DualPipe's two paths put both on each end rank)
     first, last = ({sc for sc, _ in ends} for ends in end_chunks(t.schedule, t.pp, t.vpp))
     out = []
+    dense_params, moe_params = layer_params(cfg), layer_params(cfg, moe=True)
     for s in range(t.pp):
         n_moe = int(moe_layers[s].sum())
-        n = (int(chunk_layers[s].sum()) - n_moe) * layer_params(cfg) + n_moe * layer_params(cfg, moe=True)
+        n = (int(chunk_layers[s].sum()) - n_moe) * dense_params + n_moe * moe_params
         if s in first:
             n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
         if s in last:
@@ -497,9 +512,10 @@ _BLOCK_FREE = frozenset({
     "global_batch_size", "pipeline_schedule", "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce",
     "overlap_param_gather", "bucket_size_bytes", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "pipeline_layer_split", "comm_engine", "p2p_sync", "pipeline_engine",
-    "optimizer_impl", "grad_reduce_dtype"})
+    "optimizer_impl", "grad_reduce_dtype", "pipeline_model_parallel_layout"})
 _BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name not in _BLOCK_FREE)
-# Blocks (layer, MoE layer, embedding, head) and their op tables, by block_key; 1,024 kept (~10 KB each).
+# Blocks (layer, MoE layer, embedding, head) and their op tables, by block_key; 1,024 kept (~10 KB each; a tune of
+# gpt3-175b on 1,024 GPUs has 504 keys).
 _BLOCKS = BoundedCache(1024)
 _OP_TABLES = BoundedCache(1024)
 
