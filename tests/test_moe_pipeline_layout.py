@@ -84,3 +84,39 @@ def test_layout_from_megatron_arguments_and_the_cli():
     bad = CliRunner().invoke(main, base + ["--set", "pipeline_model_parallel_layout=Et*8|t*23L"])
     assert bad.exit_code == 2 and bad.output.startswith("Error: pipeline_model_parallel_layout: must hold "
                                                         "num_layers") and bad.output.count("\n") == 1, bad.output
+
+
+BRIDGE = """
+model:
+  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider
+  num_layers: 6
+  hidden_size: 1024
+  ffn_hidden_size: 4096
+  num_attention_heads: 8
+  seq_length: 1024
+  vocab_size: 32000
+  pipeline_model_parallel_size: 2
+  pipeline_model_parallel_layout: LAYOUT
+  bf16: true
+train:
+  global_batch_size: 16
+  micro_batch_size: 1
+"""
+
+
+@pytest.mark.parametrize("layout, text", [
+    ('"Et|t*5L"', "Et|t*5L"),
+    ("[[embedding, decoder], [decoder, decoder, decoder, decoder, decoder, loss]]", "Et|tttttL"),
+])
+def test_layout_from_a_bridge_recipe(tmp_path, layout, text):
+    from flowsim.config.importers import from_nemo
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(BRIDGE.replace("LAYOUT", layout))
+    imported = from_nemo(path)
+    assert imported.config["training"]["pipeline_model_parallel_layout"] == text
+    cfg = build_config(imported.config, gpu="h100-sxm", num_gpus=8)
+    assert chunk_layer_counts(cfg).ravel().tolist() == [1, 5]
+    path.write_text(BRIDGE.replace("LAYOUT", "[[embedding, decoder], [decoder, mamba, loss]]"))
+    with pytest.raises(ConfigError, match="pipeline_model_parallel_layout: layer names must be"):
+        from_nemo(path)

@@ -55,6 +55,27 @@ _POSITIONS = {"learned_absolute": "learned", "rope": "rope", "yarn": "rope", "no
 _NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
 
 
+LAYOUT_LAYERS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+"""Layer names of a list-form ``pipeline_model_parallel_layout`` (megatron-core 0.14.0
+``PipelineParallelLayerLayout``: one list of layer names per virtual stage) -> the string form's symbols."""
+
+
+def layout_text(layout) -> str:
+    """A ``pipeline_model_parallel_layout`` as flowsim's string: strings pass, a list of per-stage lists of layer
+    names (``[["embedding", "decoder"], ["decoder", "loss"]]``) becomes ``"Et|tL"``; ConfigError names the field
+    for an unknown layer name."""
+    if isinstance(layout, str):
+        return layout
+    if not isinstance(layout, (list, tuple)) or not all(isinstance(st, (list, tuple)) for st in layout):
+        raise ConfigError("pipeline_model_parallel_layout", "must be a string or a list of per-stage lists of layer "
+                          "names", layout)
+    bad = sorted({str(x) for st in layout for x in st} - set(LAYOUT_LAYERS))
+    if bad:
+        raise ConfigError("pipeline_model_parallel_layout", f"layer names must be {', '.join(LAYOUT_LAYERS)}",
+                          ", ".join(bad))
+    return "|".join("".join(LAYOUT_LAYERS[x] for x in st) for st in layout)
+
+
 def read_yaml(path) -> dict:
     """The mapping in a YAML file, read under :mod:`flowsim.io_text`'s policy; errors name the file."""
     data = io_text.loads_yaml(io_text.read_text(path, "nemo"), "nemo", path)
@@ -182,6 +203,10 @@ def from_nemo(source) -> Imported:
                 training[key] = src[key]
     if isinstance(training.get("recompute_modules"), list):
         training["recompute_modules"] = tuple(training["recompute_modules"])
+    layout = next((src["pipeline_model_parallel_layout"] for src in (strategy, msrc) if isinstance(src, dict)
+                   and src.get("pipeline_model_parallel_layout")), None)
+    if layout:
+        training["pipeline_model_parallel_layout"] = layout_text(layout)
     _recompute(msrc, training)
     ddp = (strategy.get("ddp") if isinstance(strategy.get("ddp"), dict) else {}) if nemo2 else data.get("ddp") or {}
     optim = data.get("optim", {}).get("config", {}) if nemo2 else data.get("optimizer") or {}
