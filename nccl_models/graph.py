@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import numpy as np
+
 from flowsim.nccl_models.constants import (
     DUP_MIN_BW_INTRA_GBPS, DUP_SM90_MAX_BW_INTRA_GBPS, DUP_SM90_MAX_CHANNELS, NVLS_CHANNELS_SM90,
     NVLS_CHANNELS_SM100_MULTI_NODE, NVLS_CHANNELS_SM100_SINGLE_NODE, NVLS_MAX_HEADS, PCIE_NCCL_FRACTION,
@@ -196,6 +198,29 @@ def mesh_rings(layout: CommLayout) -> tuple[int, float, tuple]:
     ladder = speed_ladder_gbps(arch, "intra", layout.version)
     found = [_mesh_search(m, link_Bps, ladder, _ring_max_channels(layout)) for m in layout.mesh_links]
     return min(found, key=lambda f: f[0] * f[1])
+
+
+def mesh_relays(links: np.ndarray) -> np.ndarray:
+    """Relay of each pair of GPUs without a direct NVLink: NCCL's ``P2P/indirect`` over an ``NVB`` path (NVLink
+    through one intermediate GPU, NCCL 2.12+ ``paths.cc``).
+
+    Parameters
+    ----------
+    links : int64[g, g]
+        NVLinks between local GPUs (:func:`flowsim.network.topology.nvlink_mesh_links`, or ``mesh_links``).
+
+    Returns
+    -------
+    int64[g, g]
+        Local index of the GPU that relays ``i -> j``: the one maximising ``min(links[i, m], links[m, j])``
+        (lowest index on ties) [inferred: NCCL keeps the widest path it finds]; -1 where ``i == j``, the pair is
+        linked or no GPU is linked to both.
+    """
+    g = links.shape[0]
+    hop = np.minimum(links[:, :, None], links.T[None, :, :])  # [i, m, j]: links of the weaker hop via m
+    best = np.argmax(hop, axis=1)
+    ok = (np.take_along_axis(hop, best[:, None, :], axis=1)[:, 0, :] > 0) & (links == 0) & ~np.eye(g, dtype=bool)
+    return np.where(ok, best, -1)
 
 
 def _intra(layout: CommLayout) -> tuple[float, Hw]:

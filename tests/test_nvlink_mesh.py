@@ -12,12 +12,12 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.nccl_models import CommLayout, predict
-from flowsim.nccl_models.graph import graphs_of
+from flowsim.nccl_models.graph import graphs_of, mesh_relays
 from flowsim.nccl_models.constants import Hw
 from flowsim.network.collective_flows import run_collective
 from flowsim.network.comm_layout import group_layout, preset_cluster
 from flowsim.network.routing import route
-from flowsim.network.topology import LinkKind, build_topology, mesh_relays, nvlink_mesh_links
+from flowsim.network.topology import LinkKind, build_topology, nvlink_mesh_links
 from flowsim.units import GB
 
 V100 = get_gpu("v100-sxm2-32gb")
@@ -176,3 +176,16 @@ def test_v100_job_runs_on_both_engines():
     assert dp["analytic"]["algo"] == dp["flow"]["algo"] == "Ring"
     # the data-parallel all-reduce inside one host: both engines run NCCL's NVLink rings
     assert out["flow"]["step_time_s"] == pytest.approx(out["analytic"]["step_time_s"], rel=0.02)
+
+
+def test_point_to_point_on_the_mesh():
+    # Send/Recv r -> r + 1 on 8 GPUs: 3 -> 4 and 7 -> 0 go through a relay (3-0-4, 7-4-0, on doubled links), so a
+    # single NVLink (0 -> 1, 4 -> 5) at NCCL's 20 GB/s decides.
+    one = group_layout(dgx1v(), V100, 8, 1)
+    assert predict("sendrecv", 8 * 2**30, one).busbw_Bps == pytest.approx(20 * GB, rel=0.01)
+    # AllToAll on a quad: every pair linked, S / 4 per pair, the single NVLinks (20 GB/s) decide: algbw 80 GB/s.
+    quad = group_layout(dgx1v(), V100, 4, 1)
+    assert predict("alltoall", 8 * 2**30, quad).busbw_Bps == pytest.approx(80 * GB * 3 / 4, rel=0.01)
+    for op in ("alltoall", "sendrecv"):  # relayed pairs cross the same links in the flow engine
+        flow = run_collective(dgx1v(), V100, op, 2**30, np.arange(8))
+        assert flow.time_s == pytest.approx(predict(op, 2**30, one).time_s, rel=0.02)

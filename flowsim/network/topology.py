@@ -11,8 +11,8 @@ Scale-up (inside a scale-up domain), by the GPU's ``scaleup_kind``:
 * ``nvlink_mesh``: the DGX-1 hybrid cube-mesh (:func:`nvlink_mesh_links`): a direct link of ``k`` NVLinks
   (``k x scaleup_Bps / scaleup_links``) between the pairs the board wires, none between the others; a GPU
   reaches a peer without a link through one relay GPU linked to both (NCCL's ``P2P/indirect`` over an ``NVB``
-  path, NCCL 2.12+ ``paths.cc``), the relay with the most links on its weaker hop (lowest index on ties),
-  ``relay_gpu``. A host PCIe node carries GPU <-> host traffic as for ``pcie``.
+  path, NCCL 2.12+ ``paths.cc``), the relay with the most links on its weaker hop (lowest index on ties,
+  :func:`flowsim.nccl_models.graph.mesh_relays`), ``relay_gpu``. A host PCIe node carries GPU <-> host traffic as for ``pcie``.
 * ``pcie``: GPU-to-GPU through a host PCIe node (one per host), ``pcie_Bps`` each way per GPU.
 
 GPU to NIC: a PCIe link of ``pcie_Bps`` each way between a GPU and each NIC closest to it
@@ -48,9 +48,10 @@ import numpy as np
 
 from flowsim.config.cluster import ClusterConfig
 from flowsim.errors import ConfigError
+from flowsim.nccl_models.graph import mesh_relays
 from flowsim.units import GB, gbps_to_Bps
 
-__all__ = ["NodeKind", "LinkKind", "Topology", "TopologySummary", "TierSummary", "build_topology", "mesh_relays",
+__all__ = ["NodeKind", "LinkKind", "Topology", "TopologySummary", "TierSummary", "build_topology",
            "nvlink_mesh_links"]
 
 
@@ -364,27 +365,6 @@ def nvlink_mesh_links(gpus_per_node: int, scaleup_links: int) -> np.ndarray:
         raise ConfigError("gpus_per_node", "an nvlink_mesh host is a DGX-1 hybrid cube-mesh: 8 GPUs (or its first "
                           "4 or 2)", gpus_per_node)
     return _MESH_LINKS[scaleup_links][:gpus_per_node, :gpus_per_node].copy()
-
-
-def mesh_relays(links: np.ndarray) -> np.ndarray:
-    """Relay GPU of each pair without a direct link (module docstring, ``nvlink_mesh``).
-
-    Parameters
-    ----------
-    links : int64[g, g]
-        NVLinks between local GPUs (:func:`nvlink_mesh_links`).
-
-    Returns
-    -------
-    int64[g, g]
-        Local index of the GPU that relays ``i -> j``: the one maximising ``min(links[i, m], links[m, j])``
-        (lowest index on ties); -1 where ``i == j``, the pair is linked or no GPU is linked to both.
-    """
-    g = links.shape[0]
-    hop = np.minimum(links[:, :, None], links.T[None, :, :])  # [i, m, j]: links of the weaker hop via m
-    best = np.argmax(hop, axis=1)
-    ok = (np.take_along_axis(hop, best[:, None, :], axis=1)[:, 0, :] > 0) & (links == 0) & ~np.eye(g, dtype=bool)
-    return np.where(ok, best, -1)
 
 
 def _check(cluster: ClusterConfig, gpu) -> None:
