@@ -81,6 +81,8 @@ def test_layout_from_megatron_arguments_and_the_cli():
     base = ["estimate", "--model", "llama2-7b", "--cluster", "dgx-h100", "--gpus", "8", "--pp", "2"]
     ok = CliRunner().invoke(main, base + ["--set", "pipeline_model_parallel_layout=Et*8|t*24L", "--json"])
     assert ok.exit_code == 0, ok.output
+    text = CliRunner().invoke(main, base + ["--set", "pipeline_model_parallel_layout=Et*8|t*24L"])
+    assert "pipeline layout Et*8|t*24L (E embedding, t layer" in text.output
     bad = CliRunner().invoke(main, base + ["--set", "pipeline_model_parallel_layout=Et*8|t*23L"])
     assert bad.exit_code == 2 and bad.output.startswith("Error: pipeline_model_parallel_layout: must hold "
                                                         "num_layers") and bad.output.count("\n") == 1, bad.output

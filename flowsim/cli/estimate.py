@@ -52,6 +52,8 @@ def _report(r, applied: tuple = (), experts: list = ()) -> str:
         f"gbs={t['global_batch_size']} seq={t['seq_length']}  recompute={_recompute_label(t)} "
         f"precision={t['precision']} schedule={t['pipeline_schedule']} kernels={t['kernel_fusion']}",
         *_framework_line(t, applied),
+        *([f"pipeline layout {t['pipeline_model_parallel_layout']} (E embedding, t layer, m MTP layer, L loss; "
+           "| between virtual stages)"] if t.get("pipeline_model_parallel_layout") else []),
         *experts,
         "",
         f"step time        {r.step_time_s:10.4f} s",
