@@ -132,7 +132,8 @@ def test_fsdp_gradient_work_also_runs_under_torch_compile():
     from flowsim.gpu_specs import get_gpu
     from flowsim.kernels.memory import memory_reference, stream_efficiency
     from flowsim.model.workload import build_workload
-    from flowsim.step.optimizer import optimizer_s, pytorch_wrapper
+    from flowsim.step.data_parallel import pytorch_wrapper
+    from flowsim.step.optimizer import optimizer_s
 
     base = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, gbs=8, zero_stage=3, fsdp_version=1)
     compiled = build_config(**base, kernel_fusion="fused", host_overhead="compiled")

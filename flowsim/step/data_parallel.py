@@ -11,12 +11,15 @@ gather share the network with the pipeline sends and expert all-to-alls of their
 
 ZeRO-3 / FSDP instead gathers each layer's weights (forward and backward) and reduce-scatters its gradients
 per layer, prefetched one layer ahead (:func:`fsdp_exposed`); the first layer's gather and the last layer's
-reduce-scatter of each micro-batch have no compute beside them.
+reduce-scatter of each micro-batch have no compute beside them, and neither have the root unit's (the weights
+outside the layers: embedding, final norm, LM head; :func:`root_params`, PyTorch FSDP), gathered before the
+embedding and reduce-scattered after the whole backward.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from flowsim.model.workload import layer_params
 from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s
 from flowsim.step.overlap import overlapped_s
 from flowsim.units import DTYPE_BYTES
@@ -61,6 +64,35 @@ def grad_bucket_bytes(cfg, wl, stage: int) -> float:
     return float(max(MEGATRON_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * t.dp * t.cp) * grad_reduce_bytes(t))
 
 
+def pytorch_wrapper(t) -> bool:
+    """Whether PyTorch's own data-parallel wrapper (DDP, FSDP1, FSDP2) holds the gradients and weights: eager
+    kernels, or a model compiled by ``torch.compile`` (Inductor compiles the model's forward and backward; the
+    wrapper's hooks, gradient packing and casts still run as eager kernels around them: ``host_overhead:
+    compiled``). Megatron-core (its DDP and Megatron-FSDP) and DeepSpeed run fused kernels and their own buffers."""
+    return t.kernel_fusion == "eager" or t.host_overhead == "compiled"
+
+
+def root_params(cfg, wl, stage: int) -> float:
+    """Parameters of one GPU of ``stage`` in PyTorch FSDP's root unit (TP-sharded): what its transformer layers do
+    not hold (the embedding, the final norm and the LM head, its own copy when untied, and MTP modules); 0 outside
+    PyTorch's FSDP (:func:`pytorch_wrapper`), where those weights count with the layers' collectives.
+
+    FSDP wraps each transformer block and then the whole model, whose own unit holds what no block does (torchtitan
+    ``apply_fsdp``: ``fully_shard`` per block, then ``fully_shard(model)``; llm-foundry / composer and fms-fsdp: an
+    auto-wrap policy over the blocks). The root is gathered in its pre-forward, before the embedding, and kept
+    gathered until the backward (FSDP1 torch/distributed/fsdp/_runtime_utils.py ``_post_forward_reshard``: "Do not
+    free the root's parameters in the post-forward"; FSDP2 ``fully_shard`` docstring: ``reshard_after_forward``
+    is False for the root); its inputs (token ids) need no gradient, so its reduce-scatter runs in the final
+    backward callback, after the embedding's gradient (FSDP2 ``_root_post_backward_final_callback``, FSDP1
+    ``_post_backward_final_callback``), and the step waits for it."""
+    if not pytorch_wrapper(cfg.training):
+        return 0.0
+    dense, moe = layer_params(cfg), layer_params(cfg, moe=True)
+    n_moe = int(wl.chunk_moe_layers[stage].sum())
+    in_layers = (int(wl.chunk_layers[stage].sum()) - n_moe) * dense + n_moe * moe
+    return max(0.0, float(wl.stage_params[stage]) - in_layers)
+
+
 def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, float, float]:
     """ZeRO-3 / FSDP: per layer weight all-gathers (forward and backward) and gradient reduce-scatters over
     the shard group, prefetched one layer ahead so that each runs beside the neighbouring layer's compute
@@ -69,8 +101,8 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
     group's gather + reduce-scatter and the replicas' all-reduce. With ``comm_engine: flow`` these collectives
     run in one simulation with the stage's expert all-to-alls and pipeline sends of the layer's window
     (:func:`flowsim.step.flows.layer_cross_kind_extra_s`): each takes longer by its extra, and so do the
-    all-to-alls, which lengthen the layer. Returns the extra forward and backward seconds per layer and the first
-    layer's gather, which nothing hides."""
+    all-to-alls, which lengthen the layer. Returns the extra forward and backward seconds per layer and the gathers
+    nothing hides: the root unit's (:func:`root_params`) and the first layer's."""
     t = cfg.training
     ag, rs, ar, ag_bytes, rs_bytes = _fsdp_layer_comms(cfg, wl, comms)
     g = shard_group(t)
@@ -85,18 +117,28 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
         x_f, ep_f = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "fwd", (gather,), 1)
         x_b, ep_b = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "bwd", (gather, scatter) + replicas, 2)
         comm_f, comm_b = ag + x_f[0], max(ag + rs + x_b[0] + x_b[1], ar + sum(x_b[2:]))
+    root_ag = _fsdp_unit_comms(cfg, comms, root_params(cfg, wl, 0), 1)[0]
     return (overlapped_s(layer_fwd_s, comm_f, sms, sm) - layer_fwd_s + ep_f,
-            overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag)
+            overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag + root_ag)
 
 
 def _fsdp_layer_comms(cfg, wl, comms) -> tuple:
     """Seconds of one layer's ZeRO-3 / FSDP weight all-gather, gradient reduce-scatter (shard group) and, with
     hybrid sharding, the shard's all-reduce across the replicas; and the gather's and reduce-scatter's bytes."""
+    n_layers = max(int(wl.chunk_layers[0].sum()), 1)
+    return _fsdp_unit_comms(cfg, comms, (wl.stage_params[0] - root_params(cfg, wl, 0)) / n_layers, 2)
+
+
+def _fsdp_unit_comms(cfg, comms, params: float, gathers: int) -> tuple:
+    """Seconds of one FSDP unit's weight all-gather, gradient reduce-scatter and (hybrid sharding) replica
+    all-reduce for ``params`` parameters, and the gather's and reduce-scatter's bytes; ``gathers``: all-gathers per
+    micro-batch (2 for a layer, re-gathered in backward; 1 for the root, kept from forward to backward)."""
+    if params <= 0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
     t, m = cfg.training, cfg.num_microbatches
-    per_layer_params = wl.stage_params[0] / max(int(wl.chunk_layers[0].sum()), 1)
-    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * grad_reduce_bytes(t)
+    ag_bytes, rs_bytes = params * PARAM_GATHER_BYTES, params * grad_reduce_bytes(t)
     g = shard_group(t)
-    return (comms.time(g, "allgather", ag_bytes, 2 * m), comms.time(g, "reducescatter", rs_bytes, m),
+    return (comms.time(g, "allgather", ag_bytes, gathers * m), comms.time(g, "reducescatter", rs_bytes, m),
             comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m), ag_bytes, rs_bytes)
 
 
@@ -169,16 +211,18 @@ def _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms) -> t
 def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, float]:
     """Exposed gradient reduction, parameter gathering and cross-kind slow-down of one stage, seconds per step
     (module docstring). With ZeRO-3 (:func:`fsdp_exposed` prices the per-layer collectives beside the layers) the
-    exposed reduction is the last layer's reduce-scatter (and its shard's all-reduce across hybrid-sharding
-    replicas) of every micro-batch, which runs after that micro-batch's backward: the end of each backward waits
-    for it (FSDP2 ``_root_post_backward_final_callback`` waits for the reduce-scatter's event, FSDP1
-    ``_post_backward_final_callback`` for the post-backward stream, DeepSpeed ZeRO-3 for its reduction stream)."""
+    exposed reduction is the last layer's and the root unit's (:func:`root_params`) reduce-scatters (and their
+    shards' all-reduces across hybrid-sharding replicas) of every micro-batch, which run after that micro-batch's
+    backward: the end of each backward waits for them (FSDP2 ``_root_post_backward_final_callback`` waits for the
+    reduce-scatter's event, FSDP1 ``_post_backward_final_callback`` for the post-backward stream, DeepSpeed ZeRO-3
+    for its reduction stream)."""
     t = cfg.training
     if zero_level(t) >= 3:
         if t.dp * t.cp == 1:
             return 0.0, 0.0, 0.0
         _, rs, ar, _, _ = _fsdp_layer_comms(cfg, wl, comms)
-        return (rs + ar) * cfg.num_microbatches, 0.0, 0.0
+        _, root_rs, root_ar, _, _ = _fsdp_unit_comms(cfg, comms, root_params(cfg, wl, stage), 1)
+        return (rs + ar + root_rs + root_ar) * cfg.num_microbatches, 0.0, 0.0
     parts = reduction_parts(cfg.training, wl, comms.groups, stage)
     if not parts:
         return 0.0, 0.0, 0.0

@@ -23,7 +23,7 @@ from flowsim.kernels.memory import memory_reference, stream_efficiency
 from flowsim.model.fusion import eager_grad_bytes_per_param
 from flowsim.model.host_costs import ATTENTION_GEMMS, host_costs
 from flowsim.model.workload import ADAM_BYTES_PER_PARAM
-from flowsim.step.data_parallel import grad_reduce_bytes, zero_level
+from flowsim.step.data_parallel import grad_reduce_bytes, pytorch_wrapper, zero_level
 from flowsim.step.host import optimizer_end_s
 
 # torch 2.13 torch/optim/adam.py _multi_tensor_adam (capturable False): weight decay _foreach_mul_ of the
@@ -62,13 +62,6 @@ def _kernels(impl: str, params: np.ndarray, tensors: np.ndarray) -> np.ndarray:
         return LOOP_KERNELS_PER_TENSOR * tensors
     launches = np.maximum(1.0, np.ceil(params / (MULTI_TENSOR_CHUNK * MULTI_TENSOR_BLOCKS)))
     return launches * (FOREACH_OPS if impl == "foreach" else 1)
-
-
-def pytorch_wrapper(t) -> bool:
-    """Whether PyTorch's own data-parallel wrapper (DDP, FSDP1, FSDP2) reduces the gradients: eager kernels, or a
-    model compiled by ``torch.compile`` (Inductor compiles the model's forward and backward; the wrapper's hooks,
-    gradient packing and casts still run as eager kernels around them: ``host_overhead: compiled``)."""
-    return t.kernel_fusion == "eager" or t.host_overhead == "compiled"
 
 
 def optimizer_s(cfg, wl, gpu) -> np.ndarray:
