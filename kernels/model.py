@@ -46,7 +46,7 @@ from flowsim.kernels.ops import SHAPE_COLUMNS, validate_ops
 from flowsim.kernels.power import clock_fraction
 from flowsim.kernels.reference import Reference, warn_if_scaled
 from flowsim.kernels.stack import DEFAULT_STACK, KernelStack
-from flowsim.kernels.sustained import sustained_ceiling
+from flowsim.kernels.sustained import sustained_ceiling, sustained_reference
 from flowsim.units import DTYPE_BYTES
 
 # Shortest kernel in the H200 profiler trace shared/data/traces/flowsim_h200_4rank_sglang_tp4.json.gz
@@ -211,7 +211,7 @@ def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: fl
         warnings.warn(f"software_release {stack.release}: no {ref.measured} {ref.dtype} GEMM measurement on it; "
                       f"using {ceiling.release} ({ceiling.date}), the nearest {ceiling.fallback} release",
                       FlowsimWarning, stacklevel=5)
-    rate = peak * _gemm_ceiling_value(gpu, dtype, ref.measured, ceiling, stack) * stack.gemm_scale
+    rate = peak * _gemm_ceiling_value(gpu, dtype, ref.measured, ceiling, stack, refs) * stack.gemm_scale
     flops = _given_or(a, "flops", rows, 2.0 * m * n * k * batch)
     nbytes = _given_or(a, "bytes", rows, gemm_bytes(m, n, k, batch, dtype))
     eff, extra = gemm_candidates(m, n, k, batch, gpu.sm_count, tiles_for(gpu))
@@ -226,14 +226,16 @@ def _gemm_terms(a: dict, rows: np.ndarray, dtype: str, gpu: GPUSpec, mem_Bps: fl
             nbytes + np.take_along_axis(extra, best, 1)[:, 0])
 
 
-def _gemm_ceiling_value(gpu: GPUSpec, dtype: str, measured_key: str, ceiling, stack: KernelStack) -> float:
+def _gemm_ceiling_value(gpu: GPUSpec, dtype: str, measured_key: str, ceiling, stack: KernelStack,
+                        refs: list) -> float:
     """GEMM ceiling of ``gpu`` (fraction of its peak): the release's measured ceiling derated to the power limit,
     and under sustained load no higher than the sustained ceiling when it was measured in a short burst
-    (:mod:`flowsim.kernels.sustained`)."""
+    (:mod:`flowsim.kernels.sustained`; its reference GPU is appended to ``refs``)."""
     value = ceiling.value * clock_fraction(gpu, measured_key, stack.power_limit_w)
     if stack.sustained and ceiling.load == "burst":
         held = sustained_ceiling(gpu, dtype, stack.power_limit_w)
         if held is not None:
+            refs.append(sustained_reference(gpu))
             return min(value, held)
     return value
 

@@ -1,11 +1,10 @@
 """GEMMs under sustained load (flowsim.kernels.sustained): burst vs sustained measurements, the power transfer."""
-import functools
-
-import pandas as pd
 import pytest
+import yaml
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.gpu_specs import get_gpu
+from flowsim.gpu_specs.catalog import DATA_DIR as GPU_DATA_DIR
 from flowsim.kernels import KernelStack, gemm_time
 from flowsim.kernels import gemm as gemm_mod
 from flowsim.kernels import sustained as sus
@@ -13,6 +12,7 @@ from flowsim.kernels.calibration import job_stack
 from flowsim.kernels.gemm import ceiling_rows, gemm_ceiling
 from flowsim.kernels.tables import load_table
 
+pytestmark = pytest.mark.filterwarnings("ignore:software_release .* nearest older release")
 BRIDGE = "megatron-bridge-25.09"  # its GB200 FP8 ceiling is MAMF's burst row (torch nightly of 2025-09)
 
 
@@ -116,3 +116,18 @@ def test_bad_load_in_a_table_is_named(monkeypatch):
         gemm_mod.ceiling_rows.cache_clear()
     with pytest.raises(ConfigError, match=r"^sustained: must be true or false"):
         KernelStack(sustained="yes")
+
+
+
+def test_a_user_gpu_priced_from_another_gpus_sustained_fraction_is_warned(tmp_path):
+    raw = yaml.safe_load((GPU_DATA_DIR / "gb200.yaml").read_text())
+    raw.update(key="gbx", name="Hypothetical GB200 at 1500 W", tdp_W=1500)
+    path = tmp_path / "gbx.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    gbx = get_gpu(str(path))
+    with pytest.warns(FlowsimWarning, match=r"gemm sustained/burst - from gb200 \(same architecture"):
+        t = gemm_time(16384, 16384, 16384, "fp8", gbx, stack=KernelStack(sustained=True))
+    with pytest.warns(FlowsimWarning):
+        ref = gemm_time(16384, 16384, 16384, "fp8", gbx, stack=KernelStack("azure-gb200-v6-cuda12.8"))
+    # GB200's sustained measurement, and 1500 W sustains (1500 / 1200) ** (1/3) = 1.077x its clock
+    assert ref / t == pytest.approx((1500 / 1200) ** (1 / 3), rel=1e-3)
