@@ -71,3 +71,17 @@ def test_runner_equals_a_plain_simulate_loop(tmp_path, configs, jobs):
                                    json.dumps(d, sort_keys=True, default=str)]
     ranked = sorted((o.point for o in report.outcomes if o.point is not None), key=rank_key)
     assert [p.key for p in ranked] == [p.key for p in sorted(expected_fit.values(), key=rank_key)]
+
+
+def test_replaced_equals_dataclasses_replace(configs):
+    import dataclasses
+
+    from flowsim.explore.space import replaced
+
+    cfg = configs[0]
+    for obj, changes in ((cfg.training, dict(micro_batch_size=4, zero_stage=3)), (cfg, dict(framework_defaults=()))):
+        fast, slow = replaced(obj, **changes), dataclasses.replace(obj, **changes)
+        assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow)
+        assert fast.__dict__ == slow.__dict__ and obj == replaced(obj)
+    with pytest.raises(TypeError):
+        replaced(cfg.training, no_such_field=1)
