@@ -25,10 +25,11 @@ LOW_PRECISION_GEMMS = ("fp8", "nvfp4", "mxfp4")
 """Precisions whose recipe runs the transformer blocks' linear layers in that dtype (the rest stays 16-bit)."""
 SCHEDULES = ("auto",) + PIPELINE_SCHEDULES
 LAYER_SPLITS = ("even", "balanced")
-CP_COMM_TYPES = ("p2p", "all_gather")
+CP_COMM_TYPES = ("p2p", "all_gather", "torch")
 COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "flex")
+ROUTER_DTYPES = ("", "fp32")
 FLEX_BACKENDS = ("deepep", "hybridep")
 DEEPEP_MAX_NVL_PEERS = 8
 """GPUs DeepEP's NVLink stage reaches (``NUM_MAX_NVL_PEERS``, deepseek-ai/DeepEP csrc/kernels/configs.cuh): its
@@ -136,7 +137,9 @@ class TrainingConfig:
     cp_comm_type : str
         Context-parallel attention: ``p2p`` (ring attention, K/V chunks passed around the ring beside the
         attention kernels) or ``all_gather`` (K/V all-gathered before attention, their gradients
-        reduce-scattered after it; Megatron-LM ``--cp-comm-type``).
+        reduce-scattered after it; Megatron-LM ``--cp-comm-type``), or ``torch`` (PyTorch's ``context_parallel``,
+        torchtitan: K/V all-gathered beside the attention, fp32 gradients passed around the ring, one SDPA call per
+        round merged in fp32 by eager kernels; :func:`flowsim.model.fusion.torch_cp_bytes`).
     expert_tensor_parallel_size : int
         Tensor parallelism inside each expert (Megatron-LM ``--expert-tensor-parallel-size``; 1 = experts are
         not split).
@@ -151,6 +154,11 @@ class TrainingConfig:
         (default; tokens exchanged inside the expert-parallel group) or ``allgather`` (every rank gathers the
         tokens of its expert-tensor x expert-parallel group, runs its experts on those routed to them, and
         reduce-scatters the outputs back). See :mod:`flowsim.model.moe`.
+    moe_router_dtype : str
+        Dtype of the router's gating GEMM (Megatron-LM ``--moe-router-dtype``): empty (default) the job's 16-bit
+        type, or ``fp32``: the hidden states are cast to fp32 and the gating GEMM and its gradients run in fp32
+        (megatron-core ``moe_utils.RouterGatingLinearFunction``), on CUDA cores (PyTorch leaves TF32 off for
+        fp32 matmuls by default). ``fp64`` is not modelled.
     moe_shared_expert_overlap : bool
         Run the shared experts beside the token dispatcher's collectives (Megatron-LM
         ``--moe-shared-expert-overlap``): they hide behind each other, the shared experts' kernels slowed by the
@@ -265,6 +273,7 @@ class TrainingConfig:
     cp_comm_type: str = "p2p"
     expert_tensor_parallel_size: int = 1
     moe_token_dispatcher_type: str = "alltoall"
+    moe_router_dtype: str = ""
     moe_shared_expert_overlap: bool = False
     moe_flex_dispatcher_backend: str = "deepep"
     moe_deepep_num_sms: int = 20
@@ -425,6 +434,9 @@ class TrainingConfig:
         if self.moe_token_dispatcher_type not in TOKEN_DISPATCHERS:
             raise ConfigError("moe_token_dispatcher_type", f"must be one of {', '.join(TOKEN_DISPATCHERS)}",
                               self.moe_token_dispatcher_type)
+        if self.moe_router_dtype not in ROUTER_DTYPES:
+            raise ConfigError("moe_router_dtype", "must be empty (the 16-bit type) or fp32 (fp64 is not modelled)",
+                              self.moe_router_dtype)
         if self.moe_flex_dispatcher_backend not in FLEX_BACKENDS:
             raise ConfigError("moe_flex_dispatcher_backend", f"must be one of {', '.join(FLEX_BACKENDS)}",
                               self.moe_flex_dispatcher_backend)

@@ -40,7 +40,7 @@ import numpy as np
 
 from flowsim.config import SimConfig
 from flowsim.config.layout import group_spans
-from flowsim.model.fusion import ACT_BYTES, activation_step
+from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
 from flowsim.model.ops import comm, elementwise, gemm, linear, memory, quantize, wgrad_gemm
 
 ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
@@ -272,7 +272,10 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     gather = t.moe_token_dispatcher_type == "allgather"
     moved = local * per_expert if gather else routed  # hidden vectors this GPU permutes and unpermutes
 
-    linear(rows, "router", tok, e, h, t.half_dtype, full)
+    linear(rows, "router", tok, e, h, t.moe_router_dtype or t.half_dtype, full)
+    if t.moe_router_dtype == "fp32":  # the 16-bit hidden states cast up for the gating GEMM, its input gradient down
+        for ph in ("fwd", "bwd") + (("recompute",) if full else ()):
+            rows.append(memory("router.cast" + (".bwd" if ph == "bwd" else ""), tok * h * (ACT_BYTES + FP32_BYTES), ph))
     dispatch = _dispatch_comms(cfg, tokens, routed, local * per_expert)
     counts = count_exchange(cfg) if t.moe_token_dispatcher_type == "alltoall" else []
     for ph in phases:

@@ -85,7 +85,7 @@ _SPECIAL = {"ffn_hidden_size", "group_query_attention", "num_query_groups", "seq
             "num_virtual_stages_per_pipeline_rank", "recompute_granularity", "recompute_method",
             "recompute_num_layers", "recompute_modules", "recompute_activations", "bf16", "fp16", "fp8_format",
             "attention_backend", "cp_comm_type", "ddp_bucket_size", "grad_reduce_in_bf16",
-            "num_distributed_optimizer_instances", "pipeline_model_parallel_layout"}
+            "num_distributed_optimizer_instances", "pipeline_model_parallel_layout", "moe_router_dtype"}
 UNSUPPORTED = {  # arguments that change the step in ways flowsim does not model
     "decoder_first_pipeline_num_layers": "uneven first/last pipeline stages are not modelled "
                                          "(use account_for_embedding_in_pipeline_split)",
@@ -276,6 +276,8 @@ def from_megatron_args(source) -> Imported:
         model["hidden_dropout"] = _float(args, "hidden_dropout")
     if _last(args, "pipeline_model_parallel_layout"):
         training["pipeline_model_parallel_layout"] = _last(args, "pipeline_model_parallel_layout")
+    if _last(args, "moe_router_dtype"):
+        training["moe_router_dtype"] = _last(args, "moe_router_dtype")  # build_config names fp64 as not modelled
     for key, value in DEFAULTS.items():
         if key not in model:
             model[key] = value

@@ -49,7 +49,7 @@ _PARALLEL_SAME = ("tensor_model_parallel_size", "pipeline_model_parallel_size", 
                   "context_parallel_size", "sequence_parallel", "expert_model_parallel_size",
                   "expert_tensor_parallel_size", "account_for_embedding_in_pipeline_split",
                   "account_for_loss_in_pipeline_split", "overlap_moe_expert_parallel_comm", "tp_comm_overlap",
-                  "moe_token_dispatcher_type", "recompute_granularity", "recompute_modules")
+                  "moe_token_dispatcher_type", "moe_router_dtype", "recompute_granularity", "recompute_modules")
 _DDP = ("use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather")
 _POSITIONS = {"learned_absolute": "learned", "rope": "rope", "yarn": "rope", "none": "none"}
 _NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
