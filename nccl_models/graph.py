@@ -110,8 +110,13 @@ NCCL's own search timeout, ``NCCL_SEARCH_TIMEOUT``; a DGX-1V needs a few dozen).
 
 @lru_cache(maxsize=256)
 def _cycles(links: tuple) -> tuple:
-    """Directed Hamiltonian cycles from local rank 0 along direct links of ``links`` (ppn x ppn), lexicographic;
-    on 2 ranks the one cycle ``0 -> 1 -> 0``."""
+    """Directed Hamiltonian cycles from local rank 0 along direct links of ``links`` (ppn x ppn), widest first
+    (most links on the cycle's narrowest hop), then lexicographic; on 2 ranks the one cycle ``0 -> 1 -> 0``.
+
+    NCCL's search tries a GPU's neighbours by bandwidth, highest first, and replays the previous channel before
+    looking for another (search.cc ``ncclTopoSearchNextGpuSort``, ``ncclTopoReplayGetGpu``), so it repeats the
+    widest cycle while the links carry it [inferred from the source's structure; on a DGX-1V this gives the
+    doubled cycle twice each way, then the single one each way]."""
     n = len(links)
     out = []
 
@@ -125,7 +130,7 @@ def _cycles(links: tuple) -> tuple:
                 extend(path + [j])
 
     extend([0])
-    return tuple(out)
+    return tuple(sorted(out, key=lambda c: (-min(links[c[i]][c[(i + 1) % n]] for i in range(n)), c)))
 
 
 def _pack(cycles: tuple, cap: dict, limit: int) -> list:

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
 
 from flowsim.cli import main
 from flowsim.config.cluster import ClusterConfig
@@ -76,6 +77,11 @@ def _ring_edges(ring):
     return list(zip(ring, ring[1:] + ring[:1]))
 
 
+def _reverse(cycle):
+    """The same cycle the other way round, from rank 0."""
+    return (0, *cycle[:0:-1])
+
+
 def test_ring_search_on_eight_gpus():
     layout = group_layout(dgx1v(), V100, 8, 1)
     g = graphs_of(layout)
@@ -91,6 +97,9 @@ def test_ring_search_on_eight_gpus():
             assert links[a, b] > 0
             use[a, b] += 1
     assert (use == links).all()  # each directed link of k NVLinks carries k rings of 20 GB/s
+    # NCCL repeats the widest cycle: the doubled one twice each way, then the single one each way
+    doubled, single = (0, 3, 2, 1, 5, 6, 7, 4), (0, 1, 3, 7, 5, 4, 6, 2)
+    assert g.mesh_rings == (doubled, doubled, _reverse(doubled), _reverse(doubled), single, _reverse(single))
     est = predict("allreduce", 8 * 2**30, layout)
     assert (est.algo, est.proto) == ("Ring", "Simple")
     assert est.busbw_Bps == pytest.approx(120 * GB, rel=0.01)  # 6 x 20 GB/s, 80 % of the 150 GB/s wire
@@ -189,3 +198,27 @@ def test_point_to_point_on_the_mesh():
     for op in ("alltoall", "sendrecv"):  # relayed pairs cross the same links in the flow engine
         flow = run_collective(dgx1v(), V100, op, 2**30, np.arange(8))
         assert flow.time_s == pytest.approx(predict(op, 2**30, one).time_s, rel=0.02)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=2, max_size=8, unique=True).map(sorted))
+def test_ring_search_on_any_subset_respects_the_links(ranks):
+    """Any set of a DGX-1V's GPUs: every ring is a Hamiltonian cycle on NVLinks, no directed link carries more
+    channels than its NVLinks allow at the ring speed, and channels x speed never exceeds a GPU's NVLinks."""
+    board = nvlink_mesh_links(8, 6)
+    links = board[np.ix_(ranks, ranks)]
+    n = len(ranks)
+    layout = CommLayout(n, 1, compute_capability=70, scaleup_Bps=150e9, scaleup_links=6, scaleup_kind="nvlink_mesh",
+                        pcie_Bps=16e9, mesh_links=(links.tolist(),))
+    g = graphs_of(layout)
+    if not g.mesh_rings:
+        assert g.intra_hw == Hw.PCI
+        return
+    speed = g.intra_Bps / len(g.mesh_rings)
+    use = np.zeros((n, n), dtype=int)
+    for ring in g.mesh_rings:
+        assert sorted(ring) == list(range(n))
+        for a, b in _ring_edges(list(ring)):
+            use[a, b] += 1
+    assert (use * speed <= links * 20 * GB * (1 + 1e-9)).all()
+    assert g.intra_Bps <= links.sum(axis=1).min() * 20 * GB * (1 + 1e-9)
