@@ -22,6 +22,7 @@ Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the l
 * ``fp8_recipe`` (``delayed``, ``tensorwise``, ``rowwise``, ``blockwise``, ``mxfp8``);
 * ``cross_entropy_impl`` (``fused``, ``megatron``, ``fp32_upcast``: :mod:`flowsim.model.loss`);
 * ``optimizer_impl`` (``fused``, ``foreach``, ``for_loop``: :mod:`flowsim.step.optimizer`);
+* ``cp_comm_type`` (``p2p``, ``all_gather``: Transformer Engine's context parallelism; ``torch``: PyTorch's);
 * ``p2p_sync`` (``off``, ``on``, ``batched``): the CPU waits for the GPU at every pipeline send and receive;
 * ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
@@ -55,6 +56,7 @@ PROFILE_KEYS = {
     "fp8_recipe": ("training", "fp8_recipe", str),
     "cross_entropy_impl": ("training", "cross_entropy_impl", str),
     "optimizer_impl": ("training", "optimizer_impl", str),
+    "cp_comm_type": ("training", "cp_comm_type", str),
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 

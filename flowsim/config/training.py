@@ -25,7 +25,7 @@ LOW_PRECISION_GEMMS = ("fp8", "nvfp4", "mxfp4")
 """Precisions whose recipe runs the transformer blocks' linear layers in that dtype (the rest stays 16-bit)."""
 SCHEDULES = ("auto",) + PIPELINE_SCHEDULES
 LAYER_SPLITS = ("even", "balanced")
-CP_COMM_TYPES = ("p2p", "all_gather")
+CP_COMM_TYPES = ("p2p", "all_gather", "torch")
 COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "flex")
@@ -137,7 +137,9 @@ class TrainingConfig:
     cp_comm_type : str
         Context-parallel attention: ``p2p`` (ring attention, K/V chunks passed around the ring beside the
         attention kernels) or ``all_gather`` (K/V all-gathered before attention, their gradients
-        reduce-scattered after it; Megatron-LM ``--cp-comm-type``).
+        reduce-scattered after it; Megatron-LM ``--cp-comm-type``), or ``torch`` (PyTorch's ``context_parallel``,
+        torchtitan: K/V all-gathered beside the attention, fp32 gradients passed around the ring, one SDPA call per
+        round merged in fp32 by eager kernels; :func:`flowsim.model.fusion.torch_cp_bytes`).
     expert_tensor_parallel_size : int
         Tensor parallelism inside each expert (Megatron-LM ``--expert-tensor-parallel-size``; 1 = experts are
         not split).

@@ -153,3 +153,36 @@ def eager_grad_bytes_per_param(zero_stage: int, microbatches: int, fsdp_version:
         gathers = 0 if zero_stage == 3 else 1  # zero_stage 3: the workload's fsdp_copy_out rows
         return microbatches * (gathers * FSDP_COPY_BYTES_PER_PARAM + ACT_BYTES + reduce_bytes)
     return microbatches * DDP_ACCUMULATE_BYTES_PER_PARAM + DDP_SCALE_BYTES_PER_PARAM
+
+
+# PyTorch context parallelism (torch.distributed.tensor.experimental context_parallel, torchtitan's CP; torch 2.13
+# torch/distributed/tensor/experimental/_context_parallel/_attention.py, the same ring code as the torch 2.6-era
+# _attention.py): one SDPA call per ring round, merged and accumulated in fp32 by separate eager kernels
+# (``_cp_options.convert_to_f32`` True, ``enable_load_balance`` True, ``rotate_method`` ALL_GATHER). Bytes per
+# element of the rank-local attention output / query (q) and of each of K and V (kv), on the busiest rank (the last:
+# every round after the first takes the whole query and half of the keys, so every merge covers the whole output):
+# * forward (``_templated_ring_attention``, ``_SDPAMerger``): the first round's output cast to fp32 (``out.to``: 6);
+#   each later round's cast (6), ``out - block_out`` (12), ``sigmoid(...) *`` (8) and ``out - ...`` (12): 38; the
+#   result cast back (6). K and V made contiguous (4) and packed for the rotation every round but the last (``cat``:
+#   4 each).
+# * backward (``_templated_ring_attention_backward``): fp32 zeros for the query gradient (4), every round's
+#   ``grad_query += grad_query_`` (read 4 + 2, write 4: 10), the cast back (6); per K and V element fp32 zeros (4),
+#   contiguous (4), the K/V pack of every round but the last (4), the first round's accumulation (10) and every
+#   later one's into the first half plus ``torch.cat`` (``_partial_update``: 5 + 8), the fp32 gradient pack sent
+#   around the ring every round (``cat``: 8) and the final cast (6).
+TORCH_CP_FWD_Q = (6.0 + 6.0, 6.0 + 12.0 + 8.0 + 12.0)  # (first cast + result cast, per later round)
+TORCH_CP_FWD_KV = (4.0, 4.0)  # (contiguous, pack per round but the last)
+TORCH_CP_BWD_Q = (4.0 + 6.0, 10.0)  # (zeros + cast back, per round)
+TORCH_CP_BWD_KV = (4.0 + 4.0 + 10.0 + 6.0, 4.0 + 5.0 + 8.0, 8.0)  # (fixed, per later round, per round)
+
+
+def torch_cp_bytes(cp: int, q_elements: float, kv_elements: float) -> Traffic:
+    """HBM bytes of PyTorch context parallelism's merge and accumulation kernels around one layer's ring attention
+    (comment above), forward and backward; ``q_elements``: elements of the rank's attention output (batch x heads x
+    local sequence x head dim), ``kv_elements``: of its K (the same for V)."""
+    fwd = (q_elements * (TORCH_CP_FWD_Q[0] + TORCH_CP_FWD_Q[1] * (cp - 1))
+           + 2 * kv_elements * (TORCH_CP_FWD_KV[0] + TORCH_CP_FWD_KV[1] * (cp - 1)))
+    fixed, later, every = TORCH_CP_BWD_KV
+    bwd = (q_elements * (TORCH_CP_BWD_Q[0] + TORCH_CP_BWD_Q[1] * cp)
+           + 2 * kv_elements * (fixed + later * (cp - 1) + every * cp))
+    return Traffic(fwd, bwd)

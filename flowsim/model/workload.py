@@ -32,7 +32,7 @@ from flowsim._moved import module_getattr
 from flowsim.config import SimConfig, TrainingConfig
 from flowsim.config.layout import end_chunks, parse_pipeline_layout
 from flowsim.model import recompute
-from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step
+from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step, torch_cp_bytes
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.memo import BoundedCache
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
@@ -249,6 +249,20 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
             # AttnFuncWithCPAndKVP2P), beside the attention kernels of the previous step.
             for ph, size in (("fwd", kv_chunk), ("bwd", 2 * kv_chunk)) + tuple((r, kv_chunk) for r in rec):
                 comms.append(comm("cp", "sendrecv", size, ph, overlap="attention", count=cp - 1))
+        elif t.cp_comm_type == "torch":
+            # PyTorch context parallelism (torch.distributed.tensor.experimental context_parallel, torchtitan; torch
+            # 2.13 _context_parallel/_attention.py): K and V all-gathered once per pass (rotate_method ALL_GATHER,
+            # waited for after the first round's SDPA, so beside the attention kernels); in backward gathered again
+            # and the fp32 K/V gradients passed to the next rank every round (ALL_TO_ALL rotater: permute_tensor);
+            # each round's output merged and each round's gradients accumulated in fp32 by eager kernels
+            # (flowsim.model.fusion.torch_cp_bytes).
+            for ph in ("fwd", "bwd") + rec:
+                comms.append(comm("cp", "allgather", kv_chunk * cp, ph, overlap="attention"))
+            comms.append(comm("cp", "sendrecv", kv_chunk * FP32_BYTES / ACT_BYTES, "bwd", overlap="attention",
+                              count=cp))
+            merge = torch_cp_bytes(cp, b * heads * s_local * d, b * groups * s_local * d)
+            rows.extend(memory("cp_merge", merge.fwd, ph) for ph in ("fwd",) + rec)
+            rows.append(memory("cp_merge.bwd", merge.bwd, "bwd"))
         else:
             # All-gather variant (TE AttnFuncWithCPAndKVAllGather): K and V of all CP ranks gathered before
             # attention; backward reduce-scatters their gradients.
