@@ -233,9 +233,7 @@ def _intra(layout: CommLayout) -> tuple[float, Hw]:
     if layout.scaleup_kind == "nvlink_mesh" and ppn > 1:
         n, s, _ = mesh_rings(layout)
         return (n * s, Hw.NVLINK) if n else (nccl_pcie_Bps(layout.pcie_Bps), Hw.PCI)
-    if layout.scaleup_kind == "nvlink_mesh":
-        return layout.scaleup_links * nvlink_link_Bps(layout.compute_capability, layout.version), Hw.NVLINK
-    if layout.scaleup_kind == "nvswitch" or (layout.scaleup_kind == "nvlink_bridge" and ppn <= 2):
+    if layout.scaleup_kind in ("nvswitch", "nvlink_mesh") or (layout.scaleup_kind == "nvlink_bridge" and ppn <= 2):
         return layout.scaleup_links * nvlink_link_Bps(layout.compute_capability, layout.version), Hw.NVLINK
     if layout.scaleup_kind == "xgmi_mesh":
         return layout.scaleup_Bps, Hw.NVLINK
