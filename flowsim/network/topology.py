@@ -12,7 +12,8 @@ Scale-up (inside a scale-up domain), by the GPU's ``scaleup_kind``:
   (``k x scaleup_Bps / scaleup_links``) between the pairs the board wires, none between the others; a GPU
   reaches a peer without a link through one relay GPU linked to both (NCCL's ``P2P/indirect`` over an ``NVB``
   path, NCCL 2.12+ ``paths.cc``), the relay with the most links on its weaker hop (lowest index on ties,
-  :func:`flowsim.nccl_models.graph.mesh_relays`), ``relay_gpu``. A host PCIe node carries GPU <-> host traffic as for ``pcie``.
+  :func:`flowsim.nccl_models.graph.mesh_relays`), ``relay_gpu``. A host PCIe node carries GPU <-> host traffic
+  as for ``pcie``.
 * ``pcie``: GPU-to-GPU through a host PCIe node (one per host), ``pcie_Bps`` each way per GPU.
 
 GPU to NIC: a PCIe link of ``pcie_Bps`` each way between a GPU and each NIC closest to it
