@@ -38,6 +38,7 @@ import pandas as pd
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import OP_COLUMNS, op_times
+from flowsim.kernels.calibration import job_stack
 from flowsim.step import CollectivePricer, PipelineProgram, StreamOp, run_pipeline, run_streams
 
 
@@ -198,7 +199,7 @@ def _price_stage(pricer: CollectivePricer, groups: dict, rank: int, ops: list, i
     if any(comp):
         frame = pd.DataFrame([{c: o.get(c, 0) for c in OP_COLUMNS} for o in ops if o["type"] == "compute"])
         frame["causal"] = frame["causal"].astype(bool)
-        times[np.array(comp)] = op_times(frame, pricer.gpu)
+        times[np.array(comp)] = op_times(frame, pricer.gpu, stack=job_stack(pricer.gpu))  # a training step
     for i, o in enumerate(ops):
         if o["type"] == "comm" and o["size_bytes"] > 0 and ("peer" in o or len(groups[o["group"]]) > 1):
             if "peer" in o:  # point to point: the pair of ranks, whatever group carried it
