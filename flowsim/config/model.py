@@ -79,7 +79,11 @@ class ModelConfig:
     multi_latent_attention : bool
         DeepSeek multi-head latent attention (MLA) with ``q_lora_rank``, ``kv_lora_rank``, ``qk_head_dim``,
         ``qk_pos_emb_head_dim`` and ``v_head_dim`` (Megatron-LM argument names; ``q_lora_rank`` 0 means no
-        query compression).
+        query compression). Its query and key-value latents are normalised (DeepSeek-V2 arXiv 2405.04434 / HF
+        ``modeling_deepseek`` ``q_a_layernorm``, ``kv_a_layernorm``).
+    qk_layernorm : bool
+        Normalise each head's queries and keys before attention (Megatron-LM ``--qk-layernorm``; Qwen3's
+        ``q_norm`` / ``k_norm``, HF ``modeling_qwen3``): one more norm kernel over the Q and K heads each way.
     hidden_dropout : float
         Dropout probability after attention and MLP (Megatron ``--hidden-dropout``); > 0 adds the dropout
         kernels and their 1-byte masks to memory.
@@ -119,6 +123,7 @@ class ModelConfig:
     moe_router_group_topk: int = 0
     mtp_num_layers: int = 0
     multi_latent_attention: bool = False
+    qk_layernorm: bool = False
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
     qk_head_dim: int = 128

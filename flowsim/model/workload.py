@@ -195,13 +195,15 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     # attention block
     norm("input_norm")
     if m.multi_latent_attention:
-        d = _mla_projections(rows, m, tokens, heads, dt, full)
+        d = _mla_projections(rows, m, tokens, heads, dt, full, fusion)
         groups = heads
     else:
         qkv_out = (heads + 2 * groups) * d
         linear(rows, "qkv", tokens, qkv_out, h, dt, full)
         bias("qkv", qkv_out)
         elementwise(rows, "qkv_grad_pack", "qkv_grad_pack", fusion, tokens * qkv_out, False)
+        if m.qk_layernorm:  # each query and key head normalised before rotary and attention
+            elementwise(rows, "qk_norm", m.normalization, fusion, tokens * (heads + groups) * d, full)
     rope_heads = (heads + groups) * d if not m.multi_latent_attention else (heads + 1) * m.qk_pos_emb_head_dim
     if m.position_embedding == "rope":
         elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
@@ -320,7 +322,7 @@ def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused"):
         elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
 
 
-def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
+def _mla_projections(rows, m, tokens, heads, dt, full, fusion) -> int:
     """DeepSeek-V2/V3 multi-head latent attention projections (local ``heads``); returns the head dim the
     attention kernel sees (mean of the QK and V head dims: same FLOPs as QK^T at qk dim plus PV at v dim).
     """
@@ -332,6 +334,8 @@ def _mla_projections(rows, m, tokens, heads, dt, full) -> int:
     else:
         linear(rows, "q_proj", tokens, heads * qk, h, dt, full)
     linear(rows, "kv_down", tokens, m.kv_lora_rank + m.qk_pos_emb_head_dim, h, dt, full)
+    # the query and key-value latents are normalised before their up-projections (q_a_layernorm, kv_a_layernorm)
+    elementwise(rows, "latent_norm", m.normalization, fusion, tokens * (m.q_lora_rank + m.kv_lora_rank), full)
     linear(rows, "kv_up", tokens, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, dt, full)
     return (qk + m.v_head_dim) // 2
 

@@ -18,10 +18,11 @@ from flowsim.errors import ConfigError
 
 _LLAMA_LIKE = {"normalization": "rmsnorm", "position_embedding": "rope", "untie_embeddings_and_output_weights": True,
                "add_bias_linear": False, "hidden_dropout": 0.0}
+_QWEN3 = {**_LLAMA_LIKE, "qk_layernorm": True}  # per-head q_norm / k_norm (transformers modeling_qwen3{,_moe})
 FAMILIES = {  # model_type -> (family name, values the model code fixes or the config class defaults)
     "llama": ("Llama", _LLAMA_LIKE), "mistral": ("Mistral", _LLAMA_LIKE), "mixtral": ("Mixtral", _LLAMA_LIKE),
-    "qwen3": ("Qwen3", _LLAMA_LIKE),
-    "qwen3_moe": ("Qwen3-MoE", _LLAMA_LIKE), "deepseek_v2": ("DeepSeek-V2", _LLAMA_LIKE),
+    "qwen3": ("Qwen3", _QWEN3),
+    "qwen3_moe": ("Qwen3-MoE", _QWEN3), "deepseek_v2": ("DeepSeek-V2", _LLAMA_LIKE),
     "deepseek_v3": ("DeepSeek-V3", _LLAMA_LIKE),
     "gpt2": ("GPT-2", {"normalization": "layernorm", "position_embedding": "learned", "activation": "gelu",
                        "untie_embeddings_and_output_weights": False, "add_bias_linear": True, "hidden_dropout": 0.1}),
@@ -110,6 +111,8 @@ def from_hf_config(source) -> Imported:
     put("add_bias_linear", bool(cfg.get("mlp_bias", False)), "mlp_bias" in cfg)
     for key in ("normalization", "position_embedding", "hidden_dropout"):
         put(key, values[key], False)
+    if values.get("qk_layernorm"):
+        put("qk_layernorm", True, False)
     model["seq_length"] = _need(cfg, "max_position_embeddings")
     defaults.append(("seq_length", model["seq_length"], "max_position_embeddings (pass seq for the training length)"))
     _moe(cfg, mtype, model)

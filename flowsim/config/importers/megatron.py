@@ -62,6 +62,7 @@ _FLAG = {  # Megatron store_true dest -> (section, flowsim key, value when given
     "untie_embeddings_and_output_weights": ("model", "untie_embeddings_and_output_weights", True),
     "disable_bias_linear": ("model", "add_bias_linear", False),
     "multi_latent_attention": ("model", "multi_latent_attention", True),
+    "qk_layernorm": ("model", "qk_layernorm", True),
     "moe_pad_expert_input_to_capacity": ("model", "moe_pad_expert_input_to_capacity", True),
     "sequence_parallel": ("training", "sequence_parallel", True),
     "use_distributed_optimizer": ("training", "use_distributed_optimizer", True),

@@ -42,7 +42,7 @@ CORE_DEFAULTS = {"activation": "gelu", "normalization": "layernorm", "position_e
 _MODEL_SAME = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                "kv_channels", "vocab_size", "hidden_dropout", "add_bias_linear", "num_moe_experts", "moe_router_topk",
                "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_num_groups",
-               "moe_router_group_topk", "moe_expert_capacity_factor",
+               "moe_router_group_topk", "moe_expert_capacity_factor", "qk_layernorm",
                "moe_pad_expert_input_to_capacity", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
                "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 _PARALLEL_SAME = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
