@@ -6,11 +6,13 @@ Measures, on this machine:
    second, and how many configs were simulated within the first 60 s);
 3. with ``--dask``, the same configs through a local dask.distributed cluster (2 worker processes);
 4. with ``--profile``, where one process spends the time of a worker's whole evaluate path (store key, memory
-   check, ``flowsim.simulate``, summary; cProfile, top entries).
+   check, ``flowsim.simulate``, summary; cProfile, top entries);
+5. with ``--batch N``, ``flowsim.simulate_many`` of ``N`` candidates drawn at random from the space (every one
+   simulated, no memory pruning, no store) on the local pool: the issue's "10,000 tune candidates in <= 10 s".
 
 Each run uses a fresh, temporary results store, so nothing is reused. Usage::
 
-    python benchmarks/bench_tune.py [--limit N] [--jobs J] [--dask] [--profile]
+    python benchmarks/bench_tune.py [--limit N] [--jobs J] [--dask] [--profile] [--batch N]
 """
 from __future__ import annotations
 
@@ -92,12 +94,28 @@ def _profile(configs, n: int = 2000) -> str:
             f"{text.getvalue()}")
 
 
+def _batch(configs, n: int, jobs: int) -> dict:
+    """``simulate_many`` of ``n`` configs drawn at random (seed 0) from ``configs``: wall and CPU seconds."""
+    from flowsim.explore.runner import simulate_many
+
+    sample = random.Random(0).sample(configs, min(n, len(configs)))
+    t0 = time.perf_counter()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    frame = simulate_many(sample, jobs=jobs)
+    wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"configs": len(sample), "errors": int((frame["error"] != "").sum()), "wall_s": wall,
+            "configs_per_s": len(sample) / wall, "parent_cpu_s": _cpu(cpu1[0]) - _cpu(cpu0[0]),
+            "workers_cpu_s": _cpu(cpu1[1]) - _cpu(cpu0[1])}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N valid configs (0 = all)")
     ap.add_argument("--jobs", type=int, default=0, help="local worker processes (0 = one per CPU)")
     ap.add_argument("--dask", action="store_true", help="also run through a local Dask cluster")
     ap.add_argument("--profile", action="store_true", help="profile the evaluate path in this process, then stop")
+    ap.add_argument("--batch", type=int, default=0, help="simulate_many of N random candidates, then stop")
     args = ap.parse_args()
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -111,6 +129,9 @@ def main() -> None:
     configs = list(enum.configs[:args.limit] if args.limit else enum.configs)
     if args.profile:
         print(_profile(configs))
+        return
+    if args.batch:
+        print("simulate_many:", _rounded(_batch(configs, args.batch, args.jobs)))
         return
     local = _run(configs, args.jobs)
     print("local pool:", _rounded(local))

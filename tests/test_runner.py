@@ -34,6 +34,12 @@ def test_config_key_is_the_hash_of_the_whole_config_json(configs):
     odd = flowsim.build_config(JOB, **{"nic_gbps": 400.0})  # equal to 400 as a field, not as JSON
     assert config_key(odd) == _reference_key(odd)
     assert config_key(flowsim.build_config(JOB, tp=2)) == _reference_key(flowsim.build_config(JOB, tp=2))
+    import dataclasses
+    base = flowsim.build_config(JOB)
+    for value in (0.0, -0.0, float("nan"), 1, True, 1.0, "1", None):  # equal values, different JSON
+        cfg = dataclasses.replace(base, cluster=dataclasses.replace(base.cluster, nic_latency_s=value),
+                                  training=dataclasses.replace(base.training, bucket_size_bytes=value))
+        assert config_key(cfg) == _reference_key(cfg), value
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -37,14 +37,39 @@ _SECTION_JSON: dict = {}
 _SECTION_JSON_SIZE = 64
 
 
+# '"name": <value JSON>' of a field, by (name, type, value), for the values whose JSON their type and equality fix
+# (not 0.0, equal to -0.0; not NaN): the configs of a tune differ in a few of their ~50 training fields
+_ITEM_JSON: dict = {}
+_ITEM_JSON_SIZE = 1 << 16
+_EXACT_TYPES = (str, int, bool, type(None))
+_FIELD_NAMES: dict = {}  # a section class's field names, sorted
+
+
+def _item_json(name: str, value) -> str:
+    """``'"name": <value JSON>'``, kept when the value's type and equality fix its JSON (so that a lookup by an
+    equal key can only find the same text)."""
+    text = f"{json.dumps(name)}: {json.dumps(value, default=str)}"
+    t = type(value)
+    if t in _EXACT_TYPES or (t is float and value != 0.0 and value == value):
+        if len(_ITEM_JSON) >= _ITEM_JSON_SIZE:
+            _ITEM_JSON.clear()
+        _ITEM_JSON[(name, t, value)] = text
+    return text
+
+
 def _section_json(obj) -> str:
-    """``json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)`` for a config section ``obj``, with no
-    deep copy when every field is an atom or a tuple of atoms (as in every shipped config section)."""
-    flat = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    """``json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)`` for a config section ``obj``: when every
+    field is an atom or a tuple of atoms (as in every shipped config section), the items in sorted order, each
+    item's text built once per value (:func:`_item_json`), else the dump of ``asdict``."""
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(sorted(f.name for f in dataclasses.fields(obj)))
+    values = [getattr(obj, n) for n in names]
     if not all(isinstance(v, _ATOMS) or (type(v) is tuple and all(isinstance(x, _ATOMS) for x in v))
-               for v in flat.values()):
-        flat = dataclasses.asdict(obj)
-    return json.dumps(flat, sort_keys=True, default=str)
+               for v in values):
+        return json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)
+    get = _ITEM_JSON.get
+    return "{" + ", ".join([get((n, type(v), v)) or _item_json(n, v) for n, v in zip(names, values)]) + "}"
 
 
 def _shared_section_json(obj) -> str:
