@@ -9,6 +9,10 @@ Each measured figure is predicted with that figure removed, in two modes:
 ``shape``
     GEMM only: every non-ceiling shape of table ``gemm_release`` from the ceiling of its own GPU and release
     (the fastest shape measured on that stack): the tile, wave and latency model against measured shapes.
+``sustained``
+    GEMM only: every GPU's best sustained-load measurement (Azure, :mod:`flowsim.kernels.sustained`) from the other
+    GPUs measured both ways, by the sustained-load transfer (same architecture: their sustained ceiling moved by
+    clock and power per SM; another architecture: their sustained fraction on the GPU's own burst ceiling).
 ``cross_gpu``
     From other GPUs only, by the reference rule of :mod:`flowsim.kernels.reference`. GEMM: the ceiling of the
     most similar other GPU, times the target's peak and shape efficiency. Attention: A100 fwd+bwd from H100's
@@ -35,6 +39,7 @@ from flowsim.kernels.gemm import (
 )
 from flowsim.kernels.model import gemm_time
 from flowsim.kernels.stack import KernelStack
+from flowsim.kernels.sustained import sustained_ceiling, sustained_pairs, sustained_reference
 from flowsim.kernels.memory import stream_efficiency
 from flowsim.kernels.reference import Candidate, choose_reference
 from flowsim.kernels.tables import load_table
@@ -45,7 +50,7 @@ LOO_COLUMNS = ("kind", "mode", "gpu", "case", "measured", "predicted", "error")
 
 def leave_one_out() -> pd.DataFrame:
     """Every leave-one-out prediction: columns ``LOO_COLUMNS`` (measured/predicted in TFLOP/s or GB/s)."""
-    rows = _gemm_loo() + _gemm_shape_rows() + _attention_loo() + _memory_loo()
+    rows = _gemm_loo() + _gemm_shape_rows() + _sustained_loo() + _attention_loo() + _memory_loo()
     df = pd.DataFrame(rows, columns=list(LOO_COLUMNS[:-1]))
     df["error"] = df["predicted"] / df["measured"] - 1.0
     return df
@@ -96,6 +101,24 @@ def _gemm_shape_rows() -> list:
         t_s = gemm_time(r.m, r.n, r.k, dtype, get_gpu(r.gpu), stack=KernelStack(r.release))
         out.append(("gemm", "shape", r.gpu, f"{r.dtype} {r.m}x{r.n}x{r.k} on {r.release}", r.tflops,
                     2.0 * r.m * r.n * r.k / t_s / TFLOP))
+    return out
+
+
+def _sustained_loo() -> list:
+    out = []
+    for r in sustained_pairs().itertuples():
+        gpu = get_gpu(r.gpu)
+        rows = ceiling_rows()
+        best = rows[(rows.gpu == r.gpu) & (rows.mdt == r.mdt) & (rows["load"] == "sustained")]
+        best = best.loc[best.tflops.idxmax()]
+        shape = best_shape_efficiency([best.m], [best.n], [best.k], [1], gpu.sm_count, tiles_for(gpu))[0]
+        flops = 2.0 * best.m * best.n * best.k
+        latency = gemm_latency_s(latency_reference(gpu).measured)
+        ceiling = sustained_ceiling(gpu, r.mdt, exclude=r.gpu)
+        pred = flops / (latency + flops / (gpu.peak(r.mdt) * ceiling * shape)) / TFLOP
+        ref = sustained_reference(gpu, r.gpu)
+        out.append(("gemm", "sustained", r.gpu, f"{r.mdt} {best.m}x{best.n}x{best.k} from {ref.measured}",
+                    best.tflops, pred))
     return out
 
 

@@ -99,11 +99,12 @@ def _half_peak(gpu: GPUSpec) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def sustained_reference(gpu: GPUSpec) -> Reference | None:
+def sustained_reference(gpu: GPUSpec, exclude: str = "") -> Reference | None:
     """The GPU measured under both loads whose sustained fraction applies to ``gpu`` (similarity: the 16-bit
-    peak, then board power); ``None`` when its vendor has no such GPU."""
+    peak, then board power), leaving out the GPU ``exclude`` (leave-one-out checks); ``None`` when its vendor
+    has no such GPU."""
     pairs = sustained_pairs()
-    cands = [Candidate.of_gpu(get_gpu(k), _half_peak(get_gpu(k))) for k in sorted(set(pairs['gpu']))]
+    cands = [Candidate.of_gpu(get_gpu(k), _half_peak(get_gpu(k))) for k in sorted(set(pairs["gpu"]) - {exclude})]
     cands = [c for c in cands if c.vendor == gpu.vendor]
     if not cands:
         return None
@@ -119,7 +120,7 @@ def _best_ceiling(measured_key: str, mdt: str, load: str) -> float | None:
 
 
 @functools.lru_cache(maxsize=None)
-def sustained_ceiling(gpu: GPUSpec, dtype: str, limit_w: float = 0.0) -> float | None:
+def sustained_ceiling(gpu: GPUSpec, dtype: str, limit_w: float = 0.0, exclude: str = "") -> float | None:
     """GEMM ceiling of ``gpu`` for ``dtype`` under continuous load at the power limit in force (formula in the
     module docstring), as a fraction of ``gpu``'s own peak for ``dtype``.
 
@@ -132,6 +133,9 @@ def sustained_ceiling(gpu: GPUSpec, dtype: str, limit_w: float = 0.0) -> float |
         measurement dtype).
     limit_w : float
         Power limit in W; 0 = the GPU's own (:func:`flowsim.kernels.power.power_limit_w`, else its board power).
+    exclude : str
+        A GPU whose measurements are left out (``flowsim kernels accuracy`` predicts each measured GPU from the
+        others); ``""`` = none.
 
     Returns
     -------
@@ -139,7 +143,7 @@ def sustained_ceiling(gpu: GPUSpec, dtype: str, limit_w: float = 0.0) -> float |
         ``None`` when no GPU of ``gpu``'s vendor was measured under both loads (then only the power derate of
         :func:`flowsim.kernels.power.clock_fraction` applies).
     """
-    ref = sustained_reference(gpu)
+    ref = sustained_reference(gpu, exclude)
     if ref is None:
         return None
     measured = get_gpu(ref.measured)
