@@ -26,7 +26,9 @@ the GPU's measured best shape (table ``gemm_mamf``) reproduces its measured MAMF
 Ceilings by software release: every measured large GEMM (``gemm_mamf`` rows, whose stack is their torch
 version, and the dated ``gemm_release`` rows of other benchmarks) gives a ceiling by the same formula; a job on
 release R takes the row of the nearest older release on the reference GPU (nearest newer when none is older),
-the default stack the newest row (:func:`gemm_ceiling`; releases in :mod:`flowsim.kernels.stack`).
+the default stack the newest row (:func:`gemm_ceiling`; releases in :mod:`flowsim.kernels.stack`). Each row also
+says how long it kept the GPU busy (``load``: ``burst`` or ``sustained``); a training step caps a burst ceiling by
+the sustained one (:mod:`flowsim.kernels.sustained`).
 
 There is no separate small-K factor: no measurement here isolates pipeline-fill cost (B300 reaches 79% of peak
 at K = 1024), so small-K and skinny GEMMs lose through K-tile padding, wave quantisation and the memory roofline.
