@@ -387,10 +387,13 @@ def kernel_references(gpu: GPUSpec, dtypes: tuple | None = None, attention_impl:
     Returns
     -------
     list of Reference
-        GEMM ceiling references (one per dtype), GEMM latency, then attention, memory bandwidth, memory latency.
+        GEMM ceiling references (one per dtype), GEMM latency, the GPU measured both ways whose sustained-load
+        ceiling caps a training step's GEMMs (:mod:`flowsim.kernels.sustained`; absent when its vendor has
+        none), then attention, memory bandwidth, memory latency.
     """
     if dtypes is None:
         dtypes = tuple(d for d in ("bf16", "fp8") if d in gpu.peak_flop_per_s) or ("fp16",)
     refs = [gemm_reference(gpu, dt) for dt in dtypes] + [latency_reference(gpu)]
+    refs += [r for r in (sustained_reference(gpu),) if r is not None]
     return refs + [attn.attention_reference(gpu, attention_impl), memory_reference(gpu),
                    memory_latency_reference(gpu)]

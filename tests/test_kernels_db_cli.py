@@ -146,8 +146,8 @@ def test_cli_show_and_accuracy():
     res = _run("show", "--gpu", "b200", "--json")
     out = json.loads(res.output)
     assert {r["table"]: r["measured"] for r in out["references"]} == {
-        "gemm_mamf": "b200", "gemm_latency": "b200", "flash_attention": "gb200", "hbm_stream": "h200",
-        "memory_latency": "b200"}  # FlashAttention-2 on Blackwell: the GB200 anchor (tests/test_kernels_attention.py)
+        "gemm_mamf": "b200", "gemm_latency": "b200", "gemm sustained/burst": "gb200", "flash_attention": "gb200",
+        "hbm_stream": "h200", "memory_latency": "b200"}  # FlashAttention-2 on Blackwell: the GB200 anchor (tests/test_kernels_attention.py)
     assert {r["gpu"] for r in out["rows"]} == {"b200", "gb200", "h200"}
     res = _run("accuracy", "--json")
     summary = json.loads(res.output)["summary"]
