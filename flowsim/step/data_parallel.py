@@ -117,7 +117,8 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
         x_f, ep_f = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "fwd", (gather,), 1)
         x_b, ep_b = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "bwd", (gather, scatter) + replicas, 2)
         comm_f, comm_b = ag + x_f[0], max(ag + rs + x_b[0] + x_b[1], ar + sum(x_b[2:]))
-    root_ag = _fsdp_unit_comms(cfg, comms, root_params(cfg, wl, 0), 1)[0]
+    # the root unit is gathered once per micro-batch: it stays gathered from its forward to its backward
+    root_ag = comms.time(g, "allgather", root_params(cfg, wl, 0) * PARAM_GATHER_BYTES, cfg.num_microbatches)
     return (overlapped_s(layer_fwd_s, comm_f, sms, sm) - layer_fwd_s + ep_f,
             overlapped_s(layer_bwd_s, comm_b, sms, sm) - layer_bwd_s + ep_b, ag + root_ag)
 
@@ -125,20 +126,11 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
 def _fsdp_layer_comms(cfg, wl, comms) -> tuple:
     """Seconds of one layer's ZeRO-3 / FSDP weight all-gather, gradient reduce-scatter (shard group) and, with
     hybrid sharding, the shard's all-reduce across the replicas; and the gather's and reduce-scatter's bytes."""
-    n_layers = max(int(wl.chunk_layers[0].sum()), 1)
-    return _fsdp_unit_comms(cfg, comms, (wl.stage_params[0] - root_params(cfg, wl, 0)) / n_layers, 2)
-
-
-def _fsdp_unit_comms(cfg, comms, params: float, gathers: int) -> tuple:
-    """Seconds of one FSDP unit's weight all-gather, gradient reduce-scatter and (hybrid sharding) replica
-    all-reduce for ``params`` parameters, and the gather's and reduce-scatter's bytes; ``gathers``: all-gathers per
-    micro-batch (2 for a layer, re-gathered in backward; 1 for the root, kept from forward to backward)."""
-    if params <= 0:
-        return 0.0, 0.0, 0.0, 0.0, 0.0
     t, m = cfg.training, cfg.num_microbatches
-    ag_bytes, rs_bytes = params * PARAM_GATHER_BYTES, params * grad_reduce_bytes(t)
+    per_layer_params = (wl.stage_params[0] - root_params(cfg, wl, 0)) / max(int(wl.chunk_layers[0].sum()), 1)
+    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * grad_reduce_bytes(t)
     g = shard_group(t)
-    return (comms.time(g, "allgather", ag_bytes, gathers * m), comms.time(g, "reducescatter", rs_bytes, m),
+    return (comms.time(g, "allgather", ag_bytes, 2 * m), comms.time(g, "reducescatter", rs_bytes, m),
             comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m), ag_bytes, rs_bytes)
 
 
@@ -221,8 +213,10 @@ def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, floa
         if t.dp * t.cp == 1:
             return 0.0, 0.0, 0.0
         _, rs, ar, _, _ = _fsdp_layer_comms(cfg, wl, comms)
-        _, root_rs, root_ar, _, _ = _fsdp_unit_comms(cfg, comms, root_params(cfg, wl, stage), 1)
-        return (rs + ar + root_rs + root_ar) * cfg.num_microbatches, 0.0, 0.0
+        m, root_bytes = cfg.num_microbatches, root_params(cfg, wl, stage) * grad_reduce_bytes(t)
+        root_rs = comms.time(shard_group(t), "reducescatter", root_bytes, m)
+        root_ar = comms.time("dpr", "allreduce", root_bytes / t.dp_shard, m)
+        return (rs + ar + root_rs + root_ar) * m, 0.0, 0.0
     parts = reduction_parts(cfg.training, wl, comms.groups, stage)
     if not parts:
         return 0.0, 0.0, 0.0
