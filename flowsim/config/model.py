@@ -84,6 +84,12 @@ class ModelConfig:
     qk_layernorm : bool
         Normalise each head's queries and keys before attention (Megatron-LM ``--qk-layernorm``; Qwen3's
         ``q_norm`` / ``k_norm``, HF ``modeling_qwen3``): one more norm kernel over the Q and K heads each way.
+    window_size : int
+        Sliding-window attention (Megatron-LM ``--window-size W,0``): each query attends to itself and the ``W``
+        tokens before it. 0 (default): full causal attention.
+    window_attn_skip_freq : int
+        With a window, one full-attention layer after every ``N - 1`` windowed ones (Megatron-LM
+        ``--window-attn-skip-freq N``; GPT-OSS alternates, N = 2). 0 (default): every layer windowed.
     hidden_dropout : float
         Dropout probability after attention and MLP (Megatron ``--hidden-dropout``); > 0 adds the dropout
         kernels and their 1-byte masks to memory.
@@ -124,6 +130,8 @@ class ModelConfig:
     mtp_num_layers: int = 0
     multi_latent_attention: bool = False
     qk_layernorm: bool = False
+    window_size: int = 0
+    window_attn_skip_freq: int = 0
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
     qk_head_dim: int = 128
@@ -166,7 +174,12 @@ class ModelConfig:
             raise ConfigError("num_query_groups", "must divide num_attention_heads",
                               f"{self.num_query_groups} and {self.num_attention_heads}")
         check_ints(self, ("num_moe_experts", "moe_shared_expert_intermediate_size", "moe_first_k_dense", "q_lora_rank",
-                          "mtp_num_layers"), 0)
+                          "mtp_num_layers", "window_size", "window_attn_skip_freq"), 0)
+        if self.window_attn_skip_freq and (self.window_attn_skip_freq < 2 or not self.window_size):
+            raise ConfigError("window_attn_skip_freq", "must be 0 (every layer windowed) or >= 2 (one full-attention "
+                              "layer every N), with a window_size", self.window_attn_skip_freq)
+        if self.window_size and self.multi_latent_attention:
+            raise ConfigError("window_size", "sliding-window MLA is not modelled", self.window_size)
         check_ints(self, ("moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq", "kv_lora_rank", "qk_head_dim",
                      "qk_pos_emb_head_dim", "v_head_dim"), 1)
         bounds.check_float("moe_expert_capacity_factor", self.moe_expert_capacity_factor, 0.0,
@@ -221,9 +234,16 @@ class ModelConfig:
         b.check_int_max(self, ("q_lora_rank", "kv_lora_rank"), b.MAX_LORA_RANK, "the largest hidden_size")
         b.check_int_max(self, ("vocab_size",), b.MAX_VOCAB, "16x the largest published vocabulary")
         b.check_int_max(self, ("num_moe_experts",), b.MAX_EXPERTS, "40x the most experts of a production model")
-        b.check_int_max(self, ("seq_length",), b.MAX_SEQ, "16x the longest published training context")
+        b.check_int_max(self, ("seq_length", "window_size"), b.MAX_SEQ, "16x the longest published training context")
         b.check_int_max(self, ("moe_layer_freq", "moe_first_k_dense", "mtp_num_layers"), b.MAX_LAYERS,
                         "the most layers")
+
+    def full_attention_share(self) -> float:
+        """Share of the layers that run full causal attention: 1 without a window, ``1 / N`` with one full layer
+        every ``window_attn_skip_freq = N``, 0 when every layer is windowed."""
+        if not self.window_size:
+            return 1.0
+        return 1.0 / self.window_attn_skip_freq if self.window_attn_skip_freq else 0.0
 
     def attention_weights(self) -> int:
         """Weight-matrix parameters of one attention block (QKV or MLA projections and the output)."""

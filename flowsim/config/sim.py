@@ -84,6 +84,15 @@ class SimConfig:
         if m.num_query_groups % t.tp and t.tp % m.num_query_groups:
             raise ConfigError("num_query_groups", "must be divisible by tensor_model_parallel_size (or divide it)",
                               f"{m.num_query_groups} and {t.tp}")
+        if m.window_size:
+            n = m.window_attn_skip_freq
+            if n and (m.num_attention_heads // t.tp) % n:
+                raise ConfigError("window_attn_skip_freq", "must divide the attention heads per tensor-parallel rank "
+                                  "(flowsim prices the mix of full and windowed layers head by head)",
+                                  f"{n} and {m.num_attention_heads}/{t.tp}")
+            if t.cp > 1 or not t.use_flash_attn:
+                raise ConfigError("window_size", "sliding-window attention is modelled with FlashAttention and no "
+                                  "context parallelism", f"cp={t.cp}, use_flash_attn={t.use_flash_attn}")
         if m.ffn_hidden_size % t.tp:
             raise ConfigError("ffn_hidden_size", "must be divisible by tensor_model_parallel_size",
                               f"{m.ffn_hidden_size} and {t.tp}")

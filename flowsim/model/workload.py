@@ -213,8 +213,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     # state in backward (Dao et al. 2022, arXiv 2205.14135, Algorithm 2): no kernel or bytes of its own.
     for ph in passes(rc("core_attn")):
         if t.use_flash_attn:
-            rows.append(attention("attention" + (".bwd" if ph == "bwd" else ""), b, heads, groups, s_local, s, d,
-                                  True, ph))
+            rows.extend(_attention_rows(m, ph, b, heads, groups, s_local, s, d))
         else:
             rows.extend(unfused_attention(b * heads, s, d, m.attention_dropout > 0, ph, t.half_dtype,
                                              fusion == "fused"))
@@ -320,6 +319,28 @@ def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused"):
     if m.add_bias_linear and fusion == "eager":
         elementwise(rows, f"{prefix}fc1.bias_grad", "bias_grad", fusion, tokens * fc1_out, False)
         elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
+
+
+def _attention_rows(m, phase, b, heads, groups, s_q, s_k, d) -> list:
+    """FlashAttention rows of one layer's attention, forward or backward (``phase``).
+
+    Full causal attention over the sequence, or with a sliding window (``window_size`` ``w`` below the sequence)
+    the layers' mix of full and windowed attention (:meth:`flowsim.config.ModelConfig.full_attention_share`) priced
+    head by head, exact over the layers: that share of the heads runs full causal attention, the rest windowed
+    attention as FlashAttention's block skipping runs it, the sequence cut into chunks of ``w`` queries each against
+    the ``2 w`` keys of its own and the previous chunk (its masked corners computed too: FlashAttention's tile
+    count when ``w`` is its 128-token block, an upper bound otherwise).
+    """
+    suffix = ".bwd" if phase == "bwd" else ""
+    w = m.window_size
+    share = m.full_attention_share() if w and w < s_k else 1.0
+    full = round(heads * share)
+    kv_full = max(round(groups * share), 1) if full else 0
+    rows = [attention("attention" + suffix, b, full, kv_full, s_q, s_k, d, True, phase)] if full else []
+    if heads > full:
+        rows.append(attention("attention_window" + suffix, b * -(-s_q // w), heads - full, max(groups - kv_full, 1),
+                              w, 2 * w, d, False, phase))
+    return rows
 
 
 def _mla_projections(rows, m, tokens, heads, dt, full, fusion) -> int:
@@ -602,7 +623,8 @@ def model_flops_per_token(cfg: SimConfig) -> float:
     shared experts and the ``topk`` routed experts a token visits) and the LM head (not the embedding
     lookup), each multi-token prediction module's layer, projection and output head too, plus
     ``6 * 2 * layers * seq * heads * head_dim / 2`` for the attention scores and their product with V (causal:
-    half of the square is computed; MLA uses the mean of its QK and V head dims; MTP layers count as layers).
+    half of the square is computed; MLA uses the mean of its QK and V head dims; MTP layers count as layers;
+    sliding-window layers count the ``w + 1`` keys each query meets, fewer at the start of the sequence).
     """
     m = cfg.model
     mtp = m.mtp_num_layers
@@ -615,5 +637,10 @@ def model_flops_per_token(cfg: SimConfig) -> float:
                + n_moe * per_moe + (1 + mtp) * m.hidden_size * m.vocab_size + mtp * 2 * m.hidden_size ** 2)
     head_dim = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) / 2 if m.multi_latent_attention \
         else m.kv_channels
-    attn = 2.0 * layers * cfg.seq_length * m.num_attention_heads * head_dim * 0.5
+    s, w = cfg.seq_length, m.window_size
+    pairs = s * 0.5  # key positions a token's query meets, causal
+    if w and w < s:  # windowed layers: query i meets min(i + 1, w + 1) keys, averaged over the sequence
+        share = m.full_attention_share()
+        pairs = share * pairs + (1.0 - share) * (w + 1) * (s - w / 2.0) / s
+    attn = 2.0 * layers * pairs * m.num_attention_heads * head_dim
     return 6.0 * weights + 6.0 * attn

@@ -160,7 +160,8 @@ def _done(model: dict, name: str, defaults: list, cfg: dict) -> Imported:
         raise ConfigError("attention_bias", "biases on the attention projections only are not modelled "
                           "(add_bias_linear puts them on every linear layer)", True)
     if cfg.get("use_sliding_window") or (cfg.get("model_type") == "mistral" and cfg.get("sliding_window")):
-        raise ConfigError("sliding_window", "sliding-window attention is not modelled", cfg.get("sliding_window"))
+        raise ConfigError("sliding_window", "not read from HF configs (its window and layer pattern differ by "
+                          "family): set window_size / window_attn_skip_freq", cfg.get("sliding_window"))
     ignored = tuple(sorted(k for k in cfg if k not in _USED))
     seq = model.pop("seq_length")
     return Imported(config={"model": model, "seq_length": seq}, source=name, defaults=tuple(defaults),

@@ -86,7 +86,8 @@ _SPECIAL = {"ffn_hidden_size", "group_query_attention", "num_query_groups", "seq
             "num_virtual_stages_per_pipeline_rank", "recompute_granularity", "recompute_method",
             "recompute_num_layers", "recompute_modules", "recompute_activations", "bf16", "fp16", "fp8_format",
             "attention_backend", "cp_comm_type", "ddp_bucket_size", "grad_reduce_in_bf16",
-            "num_distributed_optimizer_instances", "pipeline_model_parallel_layout", "moe_router_dtype"}
+            "num_distributed_optimizer_instances", "pipeline_model_parallel_layout", "moe_router_dtype", "window_size",
+            "window_attn_skip_freq"}
 UNSUPPORTED = {  # arguments that change the step in ways flowsim does not model
     "decoder_first_pipeline_num_layers": "uneven first/last pipeline stages are not modelled "
                                          "(use account_for_embedding_in_pipeline_split)",
@@ -134,6 +135,19 @@ def _split(tokens):
         else:
             positional.append(tok)
     return args, positional, None
+
+
+def window_left(value, field: str) -> int:
+    """Left width of a sliding window given as Megatron's ``(left, right)`` pair (``"128,0"``, ``[128, 0]``);
+    ConfigError naming ``field`` unless it is two integers with ``right`` 0 (a causal window)."""
+    parts = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
+    try:
+        left, right = (int(x) for x in parts)
+    except (TypeError, ValueError):
+        raise ConfigError(field, "must be two integers LEFT,RIGHT", value) from None
+    if right != 0 or left < 0:
+        raise ConfigError(field, "only causal windows (LEFT >= 0, RIGHT 0) are modelled", value)
+    return left
 
 
 def _last(args: dict, dest: str):
@@ -277,6 +291,10 @@ def from_megatron_args(source) -> Imported:
         model["hidden_dropout"] = _float(args, "hidden_dropout")
     if _last(args, "pipeline_model_parallel_layout"):
         training["pipeline_model_parallel_layout"] = _last(args, "pipeline_model_parallel_layout")
+    if _last(args, "window_size"):  # --window-size LEFT,RIGHT (Megatron-LM arguments.py); causal models: RIGHT 0
+        model["window_size"] = window_left(_last(args, "window_size"), "--window-size")
+    if _int(args, "window_attn_skip_freq") is not None:
+        model["window_attn_skip_freq"] = _int(args, "window_attn_skip_freq")
     if _last(args, "moe_router_dtype"):
         training["moe_router_dtype"] = _last(args, "moe_router_dtype")  # build_config names fp64 as not modelled
     for key, value in DEFAULTS.items():

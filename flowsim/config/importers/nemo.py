@@ -24,7 +24,7 @@ from pathlib import Path
 
 from flowsim import io_text
 from flowsim.config.importers.common import ARCHITECTURE_KEYS, Imported
-from flowsim.config.importers.megatron import apply_moe_layer_freq
+from flowsim.config.importers.megatron import apply_moe_layer_freq, window_left
 from flowsim.config.loader import load_preset
 from flowsim.config.model import ModelConfig
 from flowsim.errors import ConfigError
@@ -173,6 +173,10 @@ def from_nemo(source) -> Imported:
         model["activation"] = act
     if msrc.get("share_embeddings_and_output_weights") is not None:
         model["untie_embeddings_and_output_weights"] = not msrc["share_embeddings_and_output_weights"]
+    if msrc.get("window_size") is not None:
+        model["window_size"] = window_left(msrc["window_size"], "window_size")
+    if msrc.get("window_attn_skip_freq") is not None:
+        model["window_attn_skip_freq"] = msrc["window_attn_skip_freq"]
     freq = msrc.get("moe_layer_freq")
     if isinstance(freq, list):
         apply_moe_layer_freq(str(freq), model)
