@@ -39,6 +39,22 @@ def test_torch_compile_selects_compiled_kernels_over_the_torchtitan_heuristic():
     assert cfg.training.kernel_fusion == "eager" and cfg.training.host_overhead == "eager"
 
 
+def test_the_fp8_recipe_named_in_the_notes_overrides_the_profile():
+    release = dict(framework="torchtitan", framework_version="torchtitan-2024-12", precision="fp8")
+    for notes, recipe in [("GA=8. FP8 current scaling (FP8-CS). DDP", "tensorwise"),
+                          ("MXFP8 (32-element block scaling).", "mxfp8"),
+                          ("precision detail: fp8 rowwise (Float8 linears via torchao)", "rowwise"),
+                          ("FP8 fine-grained (1x128 / 128x128) scaling", "blockwise"),
+                          ("FP8 = Transformer Engine delayed scaling.", "delayed")]:
+        cfg, assumptions = _cfg(**release, notes=notes)
+        assert cfg.training.fp8_recipe == recipe and f"fp8_recipe: {recipe} (from the notes)" in assumptions
+    cfg, assumptions = _cfg(**release, notes="FP8 (recipe not stated in the table)")
+    assert cfg.training.fp8_recipe == "tensorwise"  # torchtitan's profile: torchao's dynamic tensorwise default
+    assert not any(a.startswith("fp8_recipe") for a in assumptions)
+    cfg, _ = _cfg(**{**release, "precision": "bf16"}, notes="MXFP8 elsewhere in the source")
+    assert cfg.training.fp8_recipe == "tensorwise"  # a bf16 row's notes do not set an FP8 recipe
+
+
 def test_a_release_without_a_profile_uses_the_row_only():
     cfg, assumptions = _cfg(framework="other", framework_version="hai-llm", overlap_param_gather="0")
     assert cfg.training.framework == "" and not cfg.training.overlap_param_gather

@@ -223,6 +223,8 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
 
     * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
     * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
+    * The FP8 recipe an ``fp8`` row's notes name (current scaling / FP8-CS / tensorwise, rowwise, MXFP8,
+      fine-grained / blockwise, delayed scaling): ``fp8_recipe`` (the runs README keeps the recipe in ``notes``).
     * (These two, and eager kernels for torchtitan, only where the row's v2 columns ``attention_impl``,
       ``tp_comm_overlap`` and ``torch_compile`` do not state the setting: ``training`` holds what they state.)
     * Selective recompute outside Megatron-LM / NeMo is the source's own policy (:mod:`flowsim.model.recompute`):
@@ -275,6 +277,10 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
                            "gradients after the last backward (zero_stage 2, no overlap"
                            + (", whatever overlap_grad_reduce says for FSDP2 alone)"
                               if training.get("overlap_grad_reduce") else ")"))
+    recipe = _fp8_recipe(text) if training["precision"] == "fp8" and "fp8_recipe" not in training else None
+    if recipe:
+        out["fp8_recipe"] = recipe
+        assumptions.append(f"fp8_recipe: {recipe} (from the notes)")
     if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE) and "tp_comm_overlap" not in training:
         out["tp_comm_overlap"] = True
         assumptions.append("tp_comm_overlap: on (stated in the source notes)")
@@ -288,6 +294,25 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
             out["pipeline_layer_split"] = "balanced"
             assumptions.append("pipeline split: balanced (layers do not divide into pp*vpp stages)")
     return out
+
+
+_FP8_RECIPE_WORDS = (
+    # (pattern in the notes, fp8_recipe): the runs README puts the FP8 recipe in `notes`
+    (r"MXFP8", "mxfp8"),
+    (r"current scaling|FP8-CS\b|\btensorwise\b", "tensorwise"),
+    (r"\browwise\b", "rowwise"),
+    (r"fine-grained|blockwise|block-wise|1x128", "blockwise"),
+    (r"delayed scaling|amax history", "delayed"),
+)
+
+
+def _fp8_recipe(text: str) -> str | None:
+    """The FP8 scaling recipe the notes name (the runs README keeps it there, having no column for it), or
+    None: the framework release's profile, or flowsim's default, then decides."""
+    for pattern, recipe in _FP8_RECIPE_WORDS:
+        if re.search(pattern, text, re.IGNORECASE):
+            return recipe
+    return None
 
 
 SYSTEM_NIC_GBPS = {
