@@ -121,6 +121,9 @@ def test_matches_brute_force_event_simulation(inst):
     np.testing.assert_allclose(res.finish_s, finish, rtol=1e-9, atol=1e-12)
     busy_bound = res.link_bytes / np.array(cap)  # a link is busy at least bytes / capacity
     assert np.all(res.link_busy_s >= busy_bound * (1 - 1e-9))
+    unused = np.ones(len(cap), dtype=bool)
+    unused[links] = False  # links no path uses (left out of the event loop) are never busy
+    assert res.link_busy_s.shape == (len(cap),) and np.all(res.link_busy_s[unused] == 0)
 
 
 @settings(max_examples=80, deadline=None)

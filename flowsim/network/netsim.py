@@ -160,6 +160,35 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
 
 
 @njit(cache=True)
+def _used_links(n_links, route_links):
+    """The links some path uses (increasing) and the paths' hops renumbered into that list.
+
+    Returns
+    -------
+    used : int64[n_used]
+        Original ids.
+    local : int64[n_hops]
+        ``route_links`` as positions in ``used`` (the order of links is kept).
+    """
+    pos = np.full(n_links, -1, dtype=np.int64)
+    for h in range(route_links.shape[0]):
+        pos[route_links[h]] = 0
+    n_used = 0
+    for l in range(n_links):
+        if pos[l] == 0:
+            pos[l] = n_used
+            n_used += 1
+    used = np.empty(n_used, dtype=np.int64)
+    for l in range(n_links):
+        if pos[l] >= 0:
+            used[pos[l]] = l
+    local = np.empty(route_links.shape[0], dtype=np.int64)
+    for h in range(route_links.shape[0]):
+        local[h] = pos[route_links[h]]
+    return used, local
+
+
+@njit(cache=True)
 def _activate(t, route_ptr, route_links, link_ptr, link_end, active):
     """Insert transfer ``t`` into the active segment ``active[link_ptr[l]:link_end[l]]`` of each link of its path
     (kept increasing, the order of ``_link_csr``'s lists, so the solver's sums run in the same order as over the
@@ -480,12 +509,18 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     if dep_idx.size and (dep_idx.min() < 0 or dep_idx.max() >= n):
         i = int(np.flatnonzero((dep_idx < 0) | (dep_idx >= n))[0])
         raise ConfigError("dep_idx", f"transfer ids must be in [0, {n})", f"{int(dep_idx[i])} at entry {i}")
-    q = quotient(capacity_Bps, route_ptr, route_links, size, release, latency, dep_ptr, dep_idx) if symmetry else None
+    # The used links only, renumbered in increasing order (the per-link arrays of the quotient and the event loop
+    # are sized by the links: a step's window uses a tenth of a 16,384-GPU fabric's).
+    used, links = _used_links(capacity_Bps.size, route_links)
+    cap = capacity_Bps[used]
+    q = quotient(cap, route_ptr, links, size, release, latency, dep_ptr, dep_idx) if symmetry else None
     if q is None:
-        start, finish, busy, n_solves = _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx,
-                                             latency, np.ones(n), float(rtol))
+        start, finish, used_busy, n_solves = _run(cap, route_ptr, links, size, release, dep_ptr, dep_idx, latency,
+                                                  np.ones(n), float(rtol))
     else:
-        start, finish, busy, n_solves = _simulate_quotient(q, capacity_Bps, size, release, latency, float(rtol))
+        start, finish, used_busy, n_solves = _simulate_quotient(q, cap, size, release, latency, float(rtol))
+    busy = np.zeros(capacity_Bps.size)
+    busy[used] = used_busy
     stuck = np.isnan(finish)
     if stuck.any():
         ids = np.flatnonzero(stuck)
