@@ -55,6 +55,20 @@ def test_the_fp8_recipe_named_in_the_notes_overrides_the_profile():
     assert cfg.training.fp8_recipe == "tensorwise"  # a bf16 row's notes do not set an FP8 recipe
 
 
+def test_moe_architecture_facts_from_the_notes():
+    moe = dict(moe_num_experts=256, moe_topk=8, moe_ffn_hidden_size=512, ep=8, num_layers=8)
+    cfg, assumptions = _cfg(**moe, notes="DeepSeek-V3: MLA attention; QK-norm.")
+    m = cfg.model
+    assert (m.moe_router_num_groups, m.moe_router_group_topk, m.qk_layernorm) == (8, 4, True)
+    assert "qk_layernorm: on (QK-norm in the notes)" in assumptions
+    cfg, _ = _cfg(**{**moe, "moe_num_experts": 64}, notes="DeepSeek-V3: a different expert count")
+    assert cfg.model.moe_router_num_groups == 0  # not DeepSeek-V3's router: no groups borrowed
+    cfg, assumptions = _cfg(**moe, notes="alternating 128-token sliding-window / full attention layers, sinks")
+    assert (cfg.model.window_size, cfg.model.window_attn_skip_freq) == (128, 2)
+    cfg, _ = _cfg(**moe, notes="")
+    assert (cfg.model.window_size, cfg.model.qk_layernorm, cfg.model.moe_router_num_groups) == (0, False, 0)
+
+
 def test_a_release_without_a_profile_uses_the_row_only():
     cfg, assumptions = _cfg(framework="other", framework_version="hai-llm", overlap_param_gather="0")
     assert cfg.training.framework == "" and not cfg.training.overlap_param_gather

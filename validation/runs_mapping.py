@@ -171,8 +171,10 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
 def _moe_fields(row: Mapping, assumptions: list) -> dict:
     """MoE model fields of a row: experts, top-k, expert width, shared experts (as one shared MLP of
     ``moe_shared_experts * moe_ffn_hidden_size``), and from the notes the facts the schema has no column for:
-    token-drop routing, leading dense layers ("first N layers dense") and DeepSeek MLA ranks ("q_lora_rank
-    1536, kv_lora_rank 512, qk head dim 128 nope + 64 rope, v head dim 128")."""
+    token-drop routing, leading dense layers ("first N layers dense"), DeepSeek MLA ranks ("q_lora_rank
+    1536, kv_lora_rank 512, qk head dim 128 nope + 64 rope, v head dim 128") and DeepSeek-V3's group-limited
+    routing, QK-norm, and alternating sliding-window layers ("alternating 128-token sliding-window / full
+    attention layers")."""
     experts = row["moe_num_experts"]
     if not _known(experts) or experts <= 0:
         return {}
@@ -204,6 +206,19 @@ def _moe_fields(row: Mapping, assumptions: list) -> dict:
         out.update(multi_latent_attention=True, q_lora_rank=q, kv_lora_rank=kv, qk_head_dim=qk,
                    qk_pos_emb_head_dim=rope, v_head_dim=v)
         assumptions.append("attention: MLA (ranks from the notes)")
+    if re.search(r"DeepSeek-V3:", notes) and out["num_moe_experts"] == 256 and out["moe_router_topk"] == 8:
+        # The architecture's node-limited routing (deepseek-ai/DeepSeek-V3 config.json n_group 8, topk_group 4;
+        # arXiv 2412.19437 sec. 2.1.2), which Megatron's router applies (--moe-router-num-groups/-group-topk)
+        out.update(moe_router_num_groups=8, moe_router_group_topk=4)
+        assumptions.append("moe: DeepSeek-V3's group-limited routing, 4 of 8 expert groups per token "
+                           "(the model's config.json)")
+    if re.search(r"QK-norm", notes):
+        out["qk_layernorm"] = True
+        assumptions.append("qk_layernorm: on (QK-norm in the notes)")
+    window = re.search(r"alternating (\d+)-token sliding-window / full attention layers", notes)
+    if window:
+        out.update(window_size=int(window.group(1)), window_attn_skip_freq=2)
+        assumptions.append(f"attention: {window.group(1)}-token sliding window on every other layer (from the notes)")
     return out
 
 
