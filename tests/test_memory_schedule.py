@@ -19,6 +19,16 @@ def test_activation_bytes_match_korthikanti_sp_formula():
     assert layer_activation_bytes(no_sp) == pytest.approx(s * b * h * (10 + 24 / t), rel=1e-12)
 
 
+def test_gradient_buffer_holds_the_reduce_dtype():
+    # Megatron-core allocates main_grad in fp32 only with grad_reduce_in_fp32; a bf16 reduction keeps 2 bytes/param
+    fp32 = build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, dp=8, gbs=8)
+    bf16 = build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, dp=8, gbs=8, grad_reduce_dtype="bf16")
+    wl = build_workload(fp32)
+    n = wl.stage_params[0]
+    assert stage_memory(fp32, wl, 0).gradients_bytes == pytest.approx(4 * n)
+    assert stage_memory(bf16, build_workload(bf16), 0).gradients_bytes == pytest.approx(2 * n)
+
+
 def test_unfused_attention_adds_score_terms():
     # Korthikanti et al. 2022 eq. (2) with tensor parallelism: s b h (10 + 24/t + 5 a s / (h t))
     cfg = build_config(model="gpt3-175b", cluster="dgx-h100", gpus=64, tp=8, pp=8, gbs=8, mbs=1,

@@ -2,7 +2,10 @@
 
 Model states follow Megatron-LM's mixed-precision accounting (docs/source/api-guide/dist_optimizer.md,
 "bf16 param, fp32 grads"): 2 bytes of 16-bit weights, 4 bytes of fp32 gradient buffer and 12 bytes of
-fp32 master weight plus Adam moments per parameter (18 bytes); the distributed optimizer / ZeRO-1 shards
+fp32 master weight plus Adam moments per parameter (18 bytes). The gradient buffer holds the reduce dtype
+(``grad_reduce_dtype``): Megatron-core's ``ParamAndGradBuffer`` allocates ``main_grad`` in fp32 only with
+``grad_reduce_in_fp32``, else in the parameters' 16-bit dtype (megatron/core/distributed/
+distributed_data_parallel.py), so a bf16 reduction holds 2 bytes per parameter. The distributed optimizer / ZeRO-1 shards
 the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP the
 weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1). The parameters are those of the stage's
 layers (:func:`flowsim.model.workload.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
@@ -25,11 +28,11 @@ from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES
 from flowsim.model.moe import expert_tokens
 from flowsim.model.workload import Workload, padded_vocab
+from flowsim.step.data_parallel import grad_reduce_bytes
 from flowsim.step.schedule import held_microbatches
 from flowsim.units import DTYPE_BYTES
 
 WEIGHT_BYTES = 2       # 16-bit model weights
-GRAD_BYTES = 4         # fp32 gradient accumulation buffer (Megatron-LM main_grad)
 OPTIMIZER_BYTES = 12   # fp32 master weights + Adam first and second moments
 FP8_WEIGHT_BYTES = 1   # Transformer Engine keeps an FP8 copy of each FP8 GEMM weight
 # Bytes per parameter of the low-precision weight copy the GEMMs read, as Transformer Engine keeps it for FP8
@@ -165,7 +168,7 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     if zero >= 3:
         # FSDP gathers one layer's weights at a time and prefetches the next (two full layers)
         w += 2 * WEIGHT_BYTES * (params + experts) / max(int(wl.chunk_layers[stage].sum()), 1)
-    g = state(GRAD_BYTES, 2)
+    g = state(grad_reduce_bytes(t), 2)
     o = state(OPTIMIZER_BYTES, 1)
 
     layers = int(wl.chunk_layers[stage].sum())
