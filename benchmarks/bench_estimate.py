@@ -47,7 +47,8 @@ def _times(cfg, n: int, cold: bool = False) -> list:
     out = []
     for _ in range(n):
         if cold:
-            for cache in (workload._WORKLOADS, step_simulate._OP_TIMES, step_simulate._STAGE_MEMORY):
+            for cache in (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, step_simulate._OP_TIMES,
+                          step_simulate._STAGE_MEMORY):
                 cache.clear()
         t0 = time.perf_counter()
         simulate(cfg)

@@ -8,24 +8,35 @@ Measures, on this machine:
 4. with ``--profile``, where one process spends the time of a worker's whole evaluate path (store key, memory
    check, ``flowsim.simulate``, summary; cProfile, top entries);
 5. with ``--batch N``, ``flowsim.simulate_many`` of ``N`` candidates drawn at random from the space (every one
-   simulated, no memory pruning, no store) on the local pool: the issue's "10,000 tune candidates in <= 10 s".
+   simulated, no memory pruning, no store) on the local pool: the issue's "10,000 tune candidates in <= 10 s";
+6. with ``--ref REV [--rounds R]``, the same run (with ``--sample`` / ``--batch`` as given) in fresh processes on
+   the working tree and on the code of git revision ``REV`` (bench_estimate's ``git archive`` tree), interleaved
+   round by round: min / median of wall and CPU seconds of each and the ratio of the medians (read the ratio:
+   the machine is shared). Each side first runs 50 configs once (the reference tree's numba kernels compile
+   into the per-user cache the first time, about a minute).
 
 Each run uses a fresh, temporary results store, so nothing is reused. Usage::
 
-    python benchmarks/bench_tune.py [--limit N] [--jobs J] [--dask] [--profile] [--batch N]
+    python benchmarks/bench_tune.py [--limit N | --sample N] [--jobs J] [--dask] [--profile] [--batch N]
+                                    [--ref REV [--rounds R]] [--json]
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
 import io
+import json
 import os
 import platform
 import random
 import pstats
 import resource
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import flowsim
 from flowsim.explore.point import evaluate
@@ -35,6 +46,7 @@ from flowsim.explore.store import ResultStore
 
 JOB = {"model": "gpt3-175b", "cluster": "dgx-h100", "gpus": 1024, "gbs": 1536, "seq": 2048}
 BUDGET_S = 60.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(configs, jobs, scheduler=None) -> dict:
@@ -109,6 +121,32 @@ def _batch(configs, n: int, jobs: int) -> dict:
             "workers_cpu_s": _cpu(cpu1[1]) - _cpu(cpu0[1])}
 
 
+def _against(rev: str, argv: list, rounds: int) -> str:
+    """This run (``argv``, less ``--ref``) in fresh processes here and at ``rev``, interleaved round by round."""
+    from bench_estimate import _ref_tree
+
+    trees = {"here": ROOT, rev: _ref_tree(rev)}
+
+    def run(tree, args) -> dict:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        out = subprocess.run([sys.executable, __file__, *args, "--json"], env=env, cwd=tempfile.gettempdir(),
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    for tree in trees.values():  # imports, numba cache (compiled the first time at rev)
+        run(tree, ["--sample", "50"])
+    got: dict = {name: [] for name in trees}
+    for r in range(rounds):
+        for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+            got[name].append(run(trees[name], argv))
+    lines = []
+    for key in ("wall_s", "workers_cpu_s", "parent_cpu_s"):
+        med = {name: statistics.median(x[key] for x in runs) for name, runs in got.items()}
+        each = ", ".join(f"{name} {min(x[key] for x in runs):.1f} / {med[name]:.1f}" for name, runs in got.items())
+        lines.append(f"{key} min / median: {each}; {rev} / here {med[rev] / med['here']:.2f}x")
+    return f"{rounds} rounds, {got['here'][0]['configs']} configs each\n" + "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N valid configs (0 = all)")
@@ -116,7 +154,16 @@ def main() -> None:
     ap.add_argument("--dask", action="store_true", help="also run through a local Dask cluster")
     ap.add_argument("--profile", action="store_true", help="profile the evaluate path in this process, then stop")
     ap.add_argument("--batch", type=int, default=0, help="simulate_many of N random candidates, then stop")
+    ap.add_argument("--sample", type=int, default=0, help="evaluate N valid configs drawn at random (seed 0)")
+    ap.add_argument("--ref", help="also run at this git revision, interleaved (see the module docstring)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --ref")
+    ap.add_argument("--json", action="store_true", help="print the run's figures as one JSON line, last")
     args = ap.parse_args()
+    if args.ref:
+        argv = sys.argv[1:]
+        i = argv.index("--ref")
+        print(_against(args.ref, argv[:i] + argv[i + 2:], args.rounds))
+        return
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, flowsim {flowsim.__version__}")
@@ -127,14 +174,21 @@ def main() -> None:
     print(f"enumeration: {enum.candidates} candidates, {len(enum.configs)} valid, pruned by rule {enum.pruned}, "
           f"{t_enum:.2f} s")
     configs = list(enum.configs[:args.limit] if args.limit else enum.configs)
+    if args.sample:  # in enumeration order, as a tune walks them
+        configs = [configs[i] for i in sorted(random.Random(0).sample(range(len(configs)), args.sample))]
     if args.profile:
         print(_profile(configs))
         return
     if args.batch:
-        print("simulate_many:", _rounded(_batch(configs, args.batch, args.jobs)))
+        res = _batch(configs, args.batch, args.jobs)
+        print("simulate_many:", _rounded(res))
+        if args.json:
+            print(json.dumps(res))
         return
     local = _run(configs, args.jobs)
     print("local pool:", _rounded(local))
+    if args.json:
+        print(json.dumps(dict(local, enumeration_s=t_enum)))
     if args.dask:
         from dask.distributed import LocalCluster
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl:

@@ -114,3 +114,31 @@ def test_moe_layer_counts_equal_a_layer_by_layer_count(kw):
     expected[p - 1, v - 1] += m.mtp_num_layers * m.mtp_moe()
     assert start == m.num_layers and np.array_equal(moe[:, :v], expected)
     assert 0 < moe.sum() < layers.sum()
+
+
+def test_op_tables_priced_together_equal_each_priced_alone(space):
+    from flowsim.gpu_specs import get_gpu
+
+    _clear()
+    n = step_simulate.price_op_tables(space)
+    assert n == len({workload.block_key(c) for c in space}) and len(step_simulate._OP_TIMES) == n
+    together = {k: step_simulate._OP_TIMES.get(k, None) for k in step_simulate._OP_TIMES._store}
+    assert step_simulate.price_op_tables(space) == 0  # all kept
+    for key, batch in together.items():
+        cfg = next(c for c in space if workload.block_key(c) == key[0])
+        _clear()
+        alone = step_simulate._op_seconds(cfg, workload.build_workload(cfg), get_gpu(cfg.cluster.gpu))
+        assert np.array_equal(batch.t_ops, alone.t_ops) and batch.parts == alone.parts
+        assert batch.warnings == alone.warnings == () and not batch.t_ops.flags.writeable
+
+
+def test_a_group_that_warns_is_priced_by_simulate():
+    from flowsim.errors import FlowsimWarning
+
+    cfg = flowsim.build_config(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=8, gbs=8, precision="fp8",
+                               software_release="megatron-bridge-25.11")
+    broken = dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, gpu="no-such-gpu"))
+    _clear()
+    assert step_simulate.price_op_tables([cfg, broken]) == 0
+    with pytest.warns(FlowsimWarning, match="no h100-sxm fp8 GEMM"):
+        flowsim.simulate(cfg)

@@ -19,6 +19,7 @@ from flowsim.errors import ConfigError
 from flowsim.explore.lifetime import bind_to_parent, sigterm_as_exit, terminate_workers
 from flowsim.explore.point import Outcome, config_key, evaluate
 from flowsim.explore.store import ResultStore
+from flowsim.step.simulate import price_op_tables
 
 MAX_BATCH = 64  # configs per task: ~0.6 s of work, so progress and resume stay fine-grained
 DASK_CONNECT_TIMEOUT_S = 10.0
@@ -138,6 +139,8 @@ def _evaluate_in_worker(batch: list, prune_memory: bool, isolate: bool) -> list:
 def _run_local(batches: list, stored: frozenset, known_pruned: dict, jobs: int,
                prune_memory: bool, isolate: bool = False, time_limit_s: float = 0.0) -> Iterator[list]:
     run = evaluate_isolated if isolate else evaluate
+    if not stored and not known_pruned:  # a fresh run: its distinct op tables priced at once, before any fork
+        price_op_tables(cfg for b in batches for _, cfg in b)
     if jobs == 1 or len(batches) == 1:
         for b in batches:
             yield run(b, stored, prune_memory, known_pruned, time_limit_s)

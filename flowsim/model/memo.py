@@ -30,6 +30,12 @@ class BoundedCache:
                 self._store[key] = value
         return value
 
+    def __contains__(self, key: Hashable) -> bool:
+        try:
+            return key in self._store
+        except TypeError:
+            return False
+
     def clear(self) -> None:
         with self._lock:
             self._store.clear()

@@ -29,7 +29,7 @@ from flowsim.kernels import op_times
 from flowsim.kernels.calibration import job_stack
 from flowsim.model.host_costs import block_host_s
 from flowsim.model.memo import BoundedCache
-from flowsim.model.workload import build_workload, model_flops_per_token
+from flowsim.model.workload import block_key, build_workload, model_flops_per_token
 from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, ops_frame, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
 from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
@@ -104,6 +104,13 @@ def stage_memories(cfg: SimConfig, wl) -> tuple:
                              lambda: tuple(stage_memory(cfg, wl, s) for s in range(cfg.training.pp)))
 
 
+def _priced(wl, t_ops: np.ndarray, caught) -> _Priced:
+    """The :class:`_Priced` of ``wl``'s op table from its seconds ``t_ops`` and the warnings ``caught``."""
+    t_ops.flags.writeable = False
+    parts = {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in wl.op_table[1].items()}
+    return _Priced(t_ops, parts, tuple(w.message for w in caught))
+
+
 def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
     """``wl.op_table`` priced by :func:`flowsim.kernels.op_times` (flowsim's own table: ``trusted``)."""
     stack = _kernel_stack(cfg, gpu)
@@ -112,13 +119,50 @@ def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t_ops = op_times(wl.op_table[0], gpu, stack=stack, trusted=True)
-        t_ops.flags.writeable = False
-        parts = {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in wl.op_table[1].items()}
-        return _Priced(t_ops, parts, tuple(w.message for w in caught))
+        return _priced(wl, t_ops, caught)
 
     priced = _OP_TIMES.get((wl.block_key, gpu, stack), price)
     for message in priced.warnings:
         warnings.warn(message, stacklevel=3)
+    return priced
+
+
+def price_op_tables(configs) -> int:
+    """Price the op tables of ``configs`` (SimConfigs) that :func:`simulate` has not priced yet in one kernel call
+    per (GPU, kernel stack), and keep them for :func:`simulate`: a sweep's hundreds of distinct tables (one per
+    block key) priced together instead of one call each. The kernel model prices row by row, so each table's
+    seconds are those of its own call (tests/test_block_key.py compares). A group whose call warns or raises is
+    left to :func:`simulate`, which prices each of its tables alone (the warnings and errors belong to each);
+    so is a config whose GPU or workload cannot be had. Returns the number of tables priced."""
+    import pandas as pd
+
+    todo: dict = {}
+    for cfg in configs:
+        try:
+            gpu = get_gpu(cfg.cluster.gpu)
+            key = (block_key(cfg), gpu, _kernel_stack(cfg, gpu))
+            if key not in todo and key not in _OP_TIMES:
+                todo[key] = build_workload(cfg)
+        except Exception:  # noqa: BLE001 -- an optimisation pass: simulate raises it for that config
+            continue
+    groups: dict = {}
+    for key, wl in todo.items():
+        groups.setdefault(key[1:], []).append((key, wl))
+    priced = 0
+    for (gpu, stack), items in groups.items():
+        frames = [wl.op_table[0] for _, wl in items]
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t_all = op_times(pd.concat(frames, ignore_index=True), gpu, stack=stack, trusted=True)
+        except Exception:  # noqa: BLE001 -- as above
+            continue
+        if caught:
+            continue
+        stops = np.cumsum([len(f) for f in frames])
+        for (key, wl), stop, frame in zip(items, stops, frames):
+            _OP_TIMES.get(key, lambda: _priced(wl, t_all[stop - len(frame):stop].copy(), ()))
+            priced += 1
     return priced
 
 
