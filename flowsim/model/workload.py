@@ -640,7 +640,7 @@ def model_flops_per_token(cfg: SimConfig) -> float:
     s, w = cfg.seq_length, m.window_size
     pairs = s * 0.5  # key positions a token's query meets, causal
     if w and w < s:  # windowed layers: query i meets min(i + 1, w + 1) keys, averaged over the sequence
-        share = m.full_attention_share()
-        pairs = share * pairs + (1.0 - share) * (w + 1) * (s - w / 2.0) / s
+        windowed = (w + 1) * (s - w / 2.0) / s
+        pairs = windowed + m.full_attention_share() * (pairs - windowed)  # the layers' mix of full and windowed
     attn = 2.0 * layers * pairs * m.num_attention_heads * head_dim
     return 6.0 * weights + 6.0 * attn
