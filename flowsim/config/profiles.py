@@ -23,6 +23,8 @@ Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the l
 * ``cross_entropy_impl`` (``fused``, ``megatron``, ``fp32_upcast``: :mod:`flowsim.model.loss`);
 * ``optimizer_impl`` (``fused``, ``foreach``, ``for_loop``: :mod:`flowsim.step.optimizer`);
 * ``cp_comm_type`` (``p2p``, ``all_gather``: Transformer Engine's context parallelism; ``torch``: PyTorch's);
+* ``tp_overlap_impl`` (``userbuffers``: Transformer Engine; ``symm_mem``: PyTorch's async TP);
+* ``flash_attn_unpad`` (0/1): FlashAttention on unpadded copies of q, k, v (llm-foundry's ``flash_attn_fn``);
 * ``p2p_sync`` (``off``, ``on``, ``batched``): the CPU waits for the GPU at every pipeline send and receive;
 * ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
@@ -57,6 +59,8 @@ PROFILE_KEYS = {
     "cross_entropy_impl": ("training", "cross_entropy_impl", str),
     "optimizer_impl": ("training", "optimizer_impl", str),
     "cp_comm_type": ("training", "cp_comm_type", str),
+    "tp_overlap_impl": ("training", "tp_overlap_impl", str),
+    "flash_attn_unpad": ("training", "flash_attn_unpad", lambda v: bool(int(v))),
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 

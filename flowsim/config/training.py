@@ -26,6 +26,7 @@ LOW_PRECISION_GEMMS = ("fp8", "nvfp4", "mxfp4")
 SCHEDULES = ("auto",) + PIPELINE_SCHEDULES
 LAYER_SPLITS = ("even", "balanced")
 CP_COMM_TYPES = ("p2p", "all_gather", "torch")
+TP_OVERLAP_IMPLS = ("userbuffers", "symm_mem")
 COMM_ENGINES = ("analytic", "flow")
 KERNEL_FUSIONS = ("fused", "eager")
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "flex")
@@ -112,6 +113,10 @@ class TrainingConfig:
         Distributed-optimizer / FSDP parameter all-gather overlaps the forward pass.
     tp_comm_overlap : bool
         Tensor-parallel communication overlapped with GEMMs (Megatron/TE userbuffers).
+    tp_overlap_impl : str
+        What pipelines the sequence-parallel collectives with their GEMMs under ``tp_comm_overlap``:
+        ``userbuffers`` (default; Transformer Engine) or ``symm_mem`` (PyTorch's async TP, torchtitan: the fused
+        symmetric-memory ops with their staging copies and reduction kernels, :func:`flowsim.model.ops.symm_mem_tp`).
     bucket_size_bytes : float
         Gradient bucket size for the overlapped reduction, in bytes. 0 (default): the framework's default,
         Megatron-core DDP's ``max(40e6, 1e6 * dp * cp)`` parameters per bucket (``DistributedDataParallelConfig
@@ -182,6 +187,10 @@ class TrainingConfig:
     use_flash_attn : bool
         Fused FlashAttention kernels (Dao et al. 2022). False runs Megatron-LM's unfused core attention:
         batched QK^T and AV GEMMs around a fused scale-mask-softmax, with the ``s x s`` scores in memory.
+    flash_attn_unpad : bool
+        FlashAttention called through its variable-length API on unpadded tokens (llm-foundry's ``flash_attn_fn``):
+        q, k and v gathered into unpadded copies and the output scattered back, each way
+        (:func:`flowsim.model.ops.unpad_rows`); no effect on unfused attention.
     overlap_comm_sms : int
         SMs a collective holds while it runs beside compute, slowing that compute to ``1 - sms / SM count`` of
         its speed (:func:`flowsim.step.overlap.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
@@ -264,6 +273,7 @@ class TrainingConfig:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    tp_overlap_impl: str = "userbuffers"
     bucket_size_bytes: float = 0.0
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
@@ -281,6 +291,7 @@ class TrainingConfig:
     expert_rank_order: str = ""
     overlap_moe_expert_parallel_comm: bool = False
     use_flash_attn: bool = True
+    flash_attn_unpad: bool = False
     kernel_fusion: str = "fused"
     overlap_comm_sms: int = 0
     framework: str = ""
@@ -442,6 +453,8 @@ class TrainingConfig:
                               self.moe_flex_dispatcher_backend)
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise ConfigError("cp_comm_type", f"must be one of {', '.join(CP_COMM_TYPES)}", self.cp_comm_type)
+        if self.tp_overlap_impl not in TP_OVERLAP_IMPLS:
+            raise ConfigError("tp_overlap_impl", f"must be one of {', '.join(TP_OVERLAP_IMPLS)}", self.tp_overlap_impl)
         if self.cp > 1 and not self.use_flash_attn:
             raise ConfigError("use_flash_attn", "context parallelism needs fused (flash) attention", "false")
         if self.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:

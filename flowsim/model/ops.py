@@ -163,37 +163,92 @@ def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:
 # fc1_fprop, proj_dgrad, fc2_dgrad) as a ``ring_exchange`` in tp-size splits on 1 SM; the reduce-scatters after the
 # forward's row-parallel GEMMs (proj_fprop, fc2_fprop) as a ``pipeline`` of 4 splits on 16 SMs; the input
 # gradients' reduce-scatters (qkv_dgrad, fc1_dgrad) in ``bulk`` beside the weight-gradient GEMM, on 16 SMs.
-# PyTorch's async TP (torch/distributed/_symmetric_memory ``fused_all_gather_matmul`` /
-# ``fused_matmul_reduce_scatter``) splits both kinds in tp-size pieces and moves shards with the copy engines; it
-# is priced as Transformer Engine.
-TP_OVERLAP_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
+# PyTorch's async TP (``symm_mem``, :func:`symm_mem_tp`) splits both kinds in tp-size pieces, one per peer, and
+# moves each shard with a copy of the peer's symmetric-memory buffer (``Tensor.copy_`` of two contiguous tensors:
+# cudaMemcpyAsync, run by the copy engines, no SM held: torch 2.13 torch/distributed/_symmetric_memory/__init__.py
+# _pipelined_multi_all_gather_and_consume, _pipelined_produce_and_all2all).
+TP_OVERLAP_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16, "symm_mem": 0}
 TP_PIPELINE_SPLITS = 4
 
 
 def tp_overlap_method(op: str, names) -> str:
-    """``ring_exchange``, ``pipeline`` or ``bulk``: how a tensor-parallel collective (``op``) runs beside the GEMMs
-    ``names`` it feeds or drains (:data:`TP_OVERLAP_SMS`)."""
+    """``ring_exchange``, ``pipeline`` or ``bulk``: how Transformer Engine runs a tensor-parallel collective (``op``)
+    beside the GEMMs ``names`` it feeds or drains (:data:`TP_OVERLAP_SMS`)."""
     if any(n.endswith(".wgrad") for n in names):
         return "bulk"
     return "ring_exchange" if op == "allgather" else "pipeline"
 
 
+def tp_pairing(op: str, overlap: str) -> tuple | None:
+    """(method, GEMM names) of a collective pipelined with GEMMs, from its ``overlap`` tag: ``gemm:<names>``
+    (Transformer Engine's method for ``op`` and the names, :func:`tp_overlap_method`) or ``symm_mem:<names>``
+    (PyTorch's async TP, :func:`symm_mem_tp`); None for any other tag."""
+    kind, _, names = overlap.partition(":")
+    if kind not in ("gemm", "symm_mem") or not names:
+        return None
+    names = names.split("+")
+    return ("symm_mem" if kind == "symm_mem" else tp_overlap_method(op, names)), names
+
+
 def tp_overlap_pieces(method: str, tp: int) -> int:
     """Pieces a pipelined collective's GEMM runs in under ``method`` (1: a bulk overlap, the GEMM whole)."""
-    return {"ring_exchange": tp, "pipeline": TP_PIPELINE_SPLITS, "bulk": 1}[method]
+    return {"ring_exchange": tp, "pipeline": TP_PIPELINE_SPLITS, "bulk": 1, "symm_mem": tp}[method]
+
+
+def symm_mem_tp(rows, comms, tp) -> list:
+    """The block's collectives as PyTorch's async TP runs them (``tp_overlap_impl: symm_mem``), adding to ``rows``
+    the kernels its fused ops run on the compute stream beside the GEMM pieces; returns the new collectives.
+
+    Inductor's micro-pipeline TP pass (torch 2.13 torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses an
+    all-gather with the matmuls that read the gathered tensor as their first operand, and a reduce-scatter with
+    the one matmul that produces its input (``_find_producer_matmul``: an ``mm``, or a reshape of one), into the
+    ops of torch/distributed/_symmetric_memory/__init__.py. Per fused op, on the compute stream and not hidden:
+
+    * all-gather + matmul (``_pipelined_multi_all_gather_and_consume``): the local shard is copied into the
+      symmetric-memory buffer before the first piece (read and write ``size / tp`` bytes: ``copy_shard(
+      local_p2p_bufs, shard)``, followed by a barrier, "giving up the chance to overlap mv and b with the first
+      shard_consumer"); the copy of the local shard into the gathered output runs beside the last piece, on the
+      other stream, and is not priced;
+    * matmul + reduce-scatter (``_fused_matmul_reduce_scatter_impl``): each piece's partial sum lands in a
+      ``[tokens, n]`` buffer (the local piece written by its GEMM, the others copied from the peers' buffers: the
+      transfer), then ``torch.sum`` over the tp partials reads all of it and writes this rank's ``1 / tp`` share
+      (``size (1 + 1 / tp)`` bytes, 16-bit).
+
+    The input gradient of the column-parallel projections is not fused: the models that run async TP
+    (torchtitan's llama3 ``wq``/``wk``/``wv`` and ``w1``/``w3``) have several projections read the gathered input, so
+    the reduce-scatter's input is the sum of their input gradients, not one matmul; it stays a blocking
+    collective (the comm tagged with the weight-gradient GEMMs Transformer Engine overlaps it with in bulk).
+    ``size`` is a collective's size in the nccl-tests convention (the whole gathered tensor); the barriers'
+    latency is not priced."""
+    out = []
+    for c in comms:
+        pairing = tp_pairing(c.op, c.overlap) if c.overlap.startswith("gemm:") else None
+        if pairing is None:
+            out.append(c)
+            continue
+        method, names = pairing
+        if method == "bulk":
+            out.append(c._replace(overlap="none"))
+            continue
+        out.append(c._replace(overlap="symm_mem:" + "+".join(names)))
+        if c.op == "reducescatter":
+            rows.append(memory(f"{names[0]}.symm_mem_reduce", c.size_bytes * (1 + 1 / tp), c.phase, c.count))
+        else:
+            rows.append(memory(f"{names[0]}.symm_mem_stage", 2 * c.size_bytes / tp, c.phase, c.count))
+    return out
 
 
 def split_pipelined_gemms(rows, comms, tp) -> None:
     """Split, in place, each GEMM row a tensor-parallel collective is pipelined with (``tp_comm_overlap``: a comm's
-    ``overlap == "gemm:<names>"`` in its phase) into the pieces of its method (:func:`tp_overlap_pieces`) of
+    ``overlap`` tag ``gemm:<names>`` or ``symm_mem:<names>`` in its phase, :func:`tp_pairing`) into the pieces of its method (:func:`tp_overlap_pieces`) of
     ``m / pieces`` rows, each reading the whole weight: the kernel model prices the smaller pieces' tile and wave
     quantisation and launches. Bulk-overlapped GEMMs stay whole."""
     pieces = {}
     for c in comms:
-        if c.overlap.startswith("gemm:"):
-            names = c.overlap.split(":", 1)[1].split("+")
-            for n in names:
-                pieces[(c.phase, n)] = tp_overlap_pieces(tp_overlap_method(c.op, names), tp)
+        pairing = tp_pairing(c.op, c.overlap)
+        if pairing is not None:
+            for n in pairing[1]:
+                pieces[(c.phase, n)] = tp_overlap_pieces(pairing[0], tp)
     for i, r in enumerate(rows):
         k = pieces.get((r["phase"], r["name"]), 1)
         if r["kind"] == "gemm" and k > 1:
@@ -227,6 +282,32 @@ def attention(name, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, phas
     return dict(name=name, kind=kind, dtype="bf16", batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
                 seq_k=seq_k, head_dim=head_dim, causal=causal, flops=flops, bytes=float(nbytes), phase=phase,
                 count=1)
+
+
+# flash_attn.bert_padding (flash-attn 2.x; llm-foundry's flash_attn_fn around flash_attn_varlen_func), bytes per element
+# of the 16-bit tensors it copies, per direction. Forward: IndexFirstAxis.forward gathers each of q, k, v into an
+# unpadded copy (torch.gather: read and write each element; its index is a stride-0 expand of one int64 per token),
+# IndexPutFirstAxis.forward (pad_input) writes a zeroed output and puts the attention output into it (torch.zeros,
+# then ``output[indices] = values``: write, read and write). Backward: IndexPutFirstAxis.backward gathers the output
+# gradient (``grad_output[indices]``: read and write), IndexFirstAxis.backward scatters each of the q, k, v gradients
+# into a zeroed tensor (torch.zeros, then ``scatter_``: write, read and write).
+UNPAD_GATHER_BYTES = 2 * ACT_BYTES
+UNPAD_SCATTER_BYTES = 3 * ACT_BYTES
+
+
+def unpad_rows(tokens, q_width, kv_width, phase) -> list:
+    """Rows of the copies FlashAttention's variable-length path adds around the attention kernels of one layer
+    (``flash_attn_unpad``, :data:`UNPAD_GATHER_BYTES`) for ``tokens`` tokens, every one of them real (llm-foundry
+    unpads with an all-ones mask when the batch has no padding), ``q_width`` = heads x head dim of the queries and
+    the output, ``kv_width`` of the keys and of the values. Forward (and ``recompute``): q, k and v gathered, the
+    output scattered back: ``tokens (2 (q + 2 kv) + 3 q) x 2`` bytes, 40 x hidden per token over both directions
+    for multi-head attention. Backward: ``tokens (2 q + 3 (q + 2 kv)) x 2`` bytes. Grouped keys and values reach
+    the kernel as they are (llm-foundry 0.7.0 attention.py:541 repeats them only without flash-attn 2)."""
+    if phase == "bwd":
+        nbytes = tokens * (UNPAD_GATHER_BYTES * q_width + UNPAD_SCATTER_BYTES * (q_width + 2 * kv_width))
+        return [memory("attention_unpad.bwd", nbytes, phase)]
+    nbytes = tokens * (UNPAD_GATHER_BYTES * (q_width + 2 * kv_width) + UNPAD_SCATTER_BYTES * q_width)
+    return [memory("attention_unpad", nbytes, phase)]
 
 
 def batched_gemm(name, batch, m, n, k, dtype, phase):

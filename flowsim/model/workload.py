@@ -37,7 +37,7 @@ from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.memo import BoundedCache
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
 from flowsim.model.ops import (COMPUTE_COLUMNS, OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm,
-                               linear, memory, split_pipelined_gemms, unfused_attention)
+                               linear, memory, split_pipelined_gemms, symm_mem_tp, unfused_attention, unpad_rows)
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -214,6 +214,8 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     for ph in passes(rc("core_attn")):
         if t.use_flash_attn:
             rows.extend(_attention_rows(m, ph, b, heads, groups, s_local, s, d))
+            if t.flash_attn_unpad:  # llm-foundry's flash_attn_fn: q, k, v unpadded and the output padded back
+                rows.extend(unpad_rows(tokens, heads * d, groups * d, ph))
         else:
             rows.extend(unfused_attention(b * heads, s, d, m.attention_dropout > 0, ph, t.half_dtype,
                                              fusion == "fused"))
@@ -282,6 +284,8 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         copy = 2 * ACT_BYTES * layer_params(cfg, moe)
         rows.extend((memory("fsdp_copy_out", copy, "fwd"), memory("fsdp_copy_out.bwd", copy, "bwd")))
     if t.tp_comm_overlap and sp and tp > 1:
+        if t.tp_overlap_impl == "symm_mem":
+            comms = symm_mem_tp(rows, comms, tp)
         split_pipelined_gemms(rows, comms, tp)
     return finish(rows, comms)
 

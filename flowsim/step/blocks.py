@@ -6,8 +6,9 @@ its parallel dimensions imply, priced by the step's :class:`flowsim.step.pricer.
 
 * tensor-parallel collectives block the compute stream, except those that overlap the input-gradient GEMMs
   (``overlap == "dgrad"``) and, with ``tp_comm_overlap`` (Transformer Engine userbuffers, PyTorch async TP), the
-  sequence-parallel ones, each pipelined with the one GEMM it feeds or drains (``overlap == "gemm:<name>"``,
-  :func:`tp_overlapped_s`): a collective longer than its GEMM stays partly exposed;
+  sequence-parallel ones, each pipelined with the one GEMM it feeds or drains (``overlap == "gemm:<name>"``, or
+  ``"symm_mem:<name>"`` for async TP: :func:`flowsim.model.ops.tp_pairing`, :func:`tp_overlapped_s`): a collective
+  longer than its GEMM stays partly exposed;
 * context-parallel transfers run beside the attention kernels (ring attention), except blocking ones;
 * expert all-to-alls (and the ETP / all-gather dispatcher collectives) sit between the router and the experts
   and are exposed, except those marked ``overlap == "shared_expert"`` (``moe_shared_expert_overlap``), which run
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from flowsim.model.ops import TP_OVERLAP_SMS, tp_overlap_method, tp_overlap_pieces
+from flowsim.model.ops import TP_OVERLAP_SMS, tp_overlap_pieces, tp_pairing
 from flowsim.step.overlap import overlapped_s
 from flowsim.step.pricer import CollectivePricer
 
@@ -61,7 +62,7 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
     ones hold; ``count`` (block runs per step) only feeds the report's calls per step."""
     out = dict.fromkeys(("tp_blocking", "tp_dgrad", "cp_total", "cp_blocking", "ep_total", "ep_shared"), 0.0)
     out["dgrad_sms"] = out["cp_sms"] = out["ep_sms"] = 0
-    out["tp_paired"] = []  # (seconds, op, GEMM names) of the blocking TP collectives tp_comm_overlap can pipeline
+    out["tp_paired"] = []  # (seconds, method, GEMM names) of the blocking TP collectives tp_comm_overlap can pipeline
     for r in opset.comms:
         if r.phase != phase:
             continue
@@ -81,8 +82,9 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
             out["dgrad_sms"] = max(out["dgrad_sms"], comms.ctas(r.group, r.op, r.size_bytes))
         else:
             out["tp_blocking"] += dt
-            if r.overlap.startswith("gemm"):
-                out["tp_paired"].append((dt, r.op, r.overlap.split(":", 1)[1].split("+")))
+            pairing = tp_pairing(r.op, r.overlap)
+            if pairing is not None:
+                out["tp_paired"].append((dt, *pairing))
     return out
 
 
@@ -117,9 +119,8 @@ def block_times(opset, t_ops: np.ndarray, comms: CollectivePricer, tp_comm_overl
         out[f"compute_{ph}"], out[f"wgrad_{ph}"] = c["all"], c["wgrad"]
         tp = m["tp_blocking"] + overlapped_s(c["dgrad"], m["tp_dgrad"], m["dgrad_sms"], sm) - c["dgrad"]
         if tp_comm_overlap:  # each sequence-parallel collective pipelined with the GEMM it feeds or drains
-            for dt, op, names in m["tp_paired"]:
+            for dt, method, names in m["tp_paired"]:
                 g = sum(c["by_gemm"].get(n, 0.0) for n in names)
-                method = tp_overlap_method(op, names)
                 tp += tp_overlapped_s(g, dt, tp_overlap_pieces(method, tp_size), TP_OVERLAP_SMS[method], sm) - g - dt
         out[f"tp_{ph}"] = tp
         out[f"cp_{ph}"] = m["cp_blocking"] + overlapped_s(c["attn"], m["cp_total"], m["cp_sms"], sm) - c["attn"]
