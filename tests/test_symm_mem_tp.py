@@ -1,6 +1,7 @@
 """PyTorch's async TP (``tp_overlap_impl: symm_mem``, torchtitan): the fused symmetric-memory ops' staging copies and
 reduction kernels, their pieces and the collectives Inductor's micro-pipeline pass does not fuse
 (flowsim.model.ops.symm_mem_tp)."""
+import numpy as np
 import pytest
 
 import flowsim
@@ -8,6 +9,7 @@ from flowsim.config import build_config
 from flowsim.errors import ConfigError
 from flowsim.model.ops import TP_OVERLAP_SMS, tp_overlap_pieces, tp_pairing
 from flowsim.model.workload import build_workload
+from flowsim.step.blocks import block_times
 from flowsim.units import DTYPE_BYTES
 
 BASE = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=8, sp=True, gbs=2, mbs=2, tp_comm_overlap=True)
@@ -88,3 +90,39 @@ def test_profile_and_bad_value():
     with pytest.raises(ConfigError) as e:
         build_config(**BASE, tp_overlap_impl="nccl")
     assert str(e.value) == "tp_overlap_impl: must be one of userbuffers, symm_mem (got nccl)"
+
+
+class _Pricer:
+    """Every collective at 100 GB/s, one CTA (the block pricer's interface: gpu.sm_count, groups, time, ctas)."""
+
+    class gpu:  # noqa: N801 - an attribute namespace
+        sm_count = 132
+
+    groups = {"tp": (8, 1, 0)}
+
+    @staticmethod
+    def time(group, op, size_bytes, calls):
+        return size_bytes / 100e9
+
+    @staticmethod
+    def ctas(group, op, size_bytes):
+        return 1
+
+
+def test_forward_tp_time_known_answer():
+    # every op 0.1 ms: each fused GEMM is 8 pieces (0.8 ms); its collective (1.34 ms) runs beside the 7 pieces after
+    # the first on the copy engines (no SM lost): exposed g/8 + max(7g/8, c) - g per collective, 4 per forward
+    cfg, layer = _layer(tp_overlap_impl="symm_mem")
+    t_ops = np.full(len(layer.columns["name"]), 1e-4)
+    out = block_times(layer, t_ops, _Pricer, True, 1)
+    c = cfg.microbatch_tokens * cfg.model.hidden_size * DTYPE_BYTES["bf16"] / 100e9
+    g = 8 * 1e-4
+    assert out["tp_fwd"] == pytest.approx(4 * (g / 8 + max(7 * g / 8, c) - g))
+    # backward: the two unfused reduce-scatters are exposed whole, beside the gathers' exposure
+    rs = [x for x in layer.comms if x.op == "reducescatter" and x.phase == "bwd"]
+    assert out["tp_bwd"] >= sum(x.size_bytes / 100e9 for x in rs)
+    # the fused ops' kernels are compute of their phase: 2 reductions and 2 staging copies in forward
+    names = layer.columns["name"]
+    extra = [n for n, ph in zip(names, layer.columns["phase"]) if "symm_mem" in n and ph == "fwd"]
+    assert sorted(extra) == ["attn_out.symm_mem_reduce", "fc1.symm_mem_stage", "fc2.symm_mem_reduce",
+                             "qkv.symm_mem_stage"]
