@@ -165,8 +165,9 @@ def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:
 # gradients' reduce-scatters (qkv_dgrad, fc1_dgrad) in ``bulk`` beside the weight-gradient GEMM, on 16 SMs.
 # PyTorch's async TP (``symm_mem``, :func:`symm_mem_tp`) splits both kinds in tp-size pieces, one per peer, and
 # moves each shard with a copy of the peer's symmetric-memory buffer (``Tensor.copy_`` of two contiguous tensors:
-# cudaMemcpyAsync, run by the copy engines, no SM held: torch 2.13 torch/distributed/_symmetric_memory/__init__.py
-# _pipelined_multi_all_gather_and_consume, _pipelined_produce_and_all2all).
+# cudaMemcpyAsync, run by the copy engines, no SM held: torch 2.6.0 and 2.13.0
+# torch/distributed/_symmetric_memory/__init__.py _pipelined_multi_all_gather_and_consume,
+# _pipelined_produce_and_all2all).
 TP_OVERLAP_SMS = {"ring_exchange": 1, "pipeline": 16, "bulk": 16, "symm_mem": 0}
 TP_PIPELINE_SPLITS = 4
 
@@ -199,7 +200,7 @@ def symm_mem_tp(rows, comms, tp) -> list:
     """The block's collectives as PyTorch's async TP runs them (``tp_overlap_impl: symm_mem``), adding to ``rows``
     the kernels its fused ops run on the compute stream beside the GEMM pieces; returns the new collectives.
 
-    Inductor's micro-pipeline TP pass (torch 2.13 torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses an
+    Inductor's micro-pipeline TP pass (torch 2.6.0 and 2.13.0 torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses an
     all-gather with the matmuls that read the gathered tensor as their first operand, and a reduce-scatter with
     the one matmul that produces its input (``_find_producer_matmul``: an ``mm``, or a reshape of one), into the
     ops of torch/distributed/_symmetric_memory/__init__.py. Per fused op, on the compute stream and not hidden:
@@ -240,9 +241,9 @@ def symm_mem_tp(rows, comms, tp) -> list:
 
 def split_pipelined_gemms(rows, comms, tp) -> None:
     """Split, in place, each GEMM row a tensor-parallel collective is pipelined with (``tp_comm_overlap``: a comm's
-    ``overlap`` tag ``gemm:<names>`` or ``symm_mem:<names>`` in its phase, :func:`tp_pairing`) into the pieces of its method (:func:`tp_overlap_pieces`) of
-    ``m / pieces`` rows, each reading the whole weight: the kernel model prices the smaller pieces' tile and wave
-    quantisation and launches. Bulk-overlapped GEMMs stay whole."""
+    ``overlap`` tag ``gemm:<names>`` or ``symm_mem:<names>`` in its phase, :func:`tp_pairing`) into the pieces of
+    its method (:func:`tp_overlap_pieces`) of ``m / pieces`` rows, each reading the whole weight: the kernel model
+    prices the smaller pieces' tile and wave quantisation and launches. Bulk-overlapped GEMMs stay whole."""
     pieces = {}
     for c in comms:
         pairing = tp_pairing(c.op, c.overlap)
