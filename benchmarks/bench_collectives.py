@@ -7,12 +7,13 @@ sizes, NVLSTree from 512 MiB on 1,024 GPUs and for the 4 GiB on 16,384. Issue 18
 GB200 NVL72 racks (1,440 GPUs, 360 trays of 4, one NVLink domain per rack, 72 x 400 Gb/s NICs per rack) with
 NVLS off (NCCL_NVLS_ENABLE=0, as CoreWeave ran it), target < 2 s, by the analytic model
 (:func:`flowsim.nccl_models.predict` on the communicator's layout) and, with ``--flow-racks``, once by the flow
-engine (minutes: 184,192 transfers per tree, see docs/PERFORMANCE.md); and the analytic sweep on 2,496 GPUs (34
-racks and a partial one of 48, NVLS on: uneven nodes).
+engine (seconds: 184,192 transfers per tree, see docs/PERFORMANCE.md; the first size also plans and routes);
+and the analytic sweep on 2,496 GPUs (34 racks and a partial one of 48, NVLS on: uneven nodes).
 Times exclude numba compilation (one warm-up run) and the first topology build (cached); the topology build is
 timed on its own. Each figure is the minimum / median of ``--repeat`` runs.
 
-Run: ``python benchmarks/bench_collectives.py [--repeat 3] [--flow-racks]``.
+Run: ``python benchmarks/bench_collectives.py [--repeat 3] [--flow-racks] [--flow-racks-sizes I,J,..] [--only-racks]``
+(``--only-racks``: the 20-rack flow sweep alone, e.g. with ``PYTHONPATH`` on an earlier commit's flowsim/).
 """
 from __future__ import annotations
 
@@ -38,11 +39,42 @@ def _timed(fn, repeat: int):
     return min(times), statistics.median(times), out
 
 
+def _flow_racks(args) -> None:
+    """The 30-size AllReduce sweep (or ``--flow-racks-sizes``) on 20 NVL72 racks by the flow engine, once, after a
+    warm-up collective (numba) and the topology build; seconds per size and in all."""
+    nvl = ClusterConfig(**{**load_preset("clusters", "gb200-nvl72"), "num_gpus": 1440})
+    gb200 = get_gpu("gb200")
+    sizes = [8 * 2**k for k in range(30)]
+    if args.flow_racks_sizes:
+        sizes = [sizes[int(i)] for i in args.flow_racks_sizes.split(",")]
+    ranks = list(range(nvl.num_gpus))
+    t = time.perf_counter()
+    topo = cached_topology(nvl, gb200)
+    print(f"topology 20 NVL72 racks: {topo.n_links} links, build {time.perf_counter() - t:.2f} s")
+    run_collective(nvl, gb200, "allreduce", 2**40, ranks[:72], algo="^nvls,nvlstree")  # warm-up (numba)
+    t0 = time.perf_counter()
+    res, per = [], []
+    for s in sizes:
+        t = time.perf_counter()
+        res.append(run_collective(nvl, gb200, "allreduce", s, ranks, algo="^nvls,nvlstree"))
+        per.append(f"{s} B {res[-1].algo}/{res[-1].proto} {time.perf_counter() - t:.3f} s")
+    algos = Counter(f"{r.algo}/{r.proto}" for r in res)
+    print(f"sweep {len(sizes)} sizes x 20 NVL72 racks, flow engine (one run): {time.perf_counter() - t0:.2f} s; "
+          f"{sum(r.n_transfers for r in res)} transfers; choices {dict(algos)}\n  " + "\n  ".join(per))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--flow-racks", action="store_true", help="also run the 20-rack sweep by the flow engine")
+    parser.add_argument("--flow-racks-sizes", default="",
+                        help="comma-separated indices into the 30 sizes: the 20-rack flow sweep runs only these "
+                             "(to compare with an earlier commit's code through PYTHONPATH in little time)")
+    parser.add_argument("--only-racks", action="store_true", help="run only the 20-rack flow sweep")
     args = parser.parse_args()
+    if args.only_racks:
+        _flow_racks(args)
+        return
     gpu = get_gpu("h100-sxm")
 
     sweep = ClusterConfig(gpu="h100-sxm", num_gpus=1024, name="dgx-h100")
@@ -79,15 +111,7 @@ def main() -> None:
     print(f"sweep 30 sizes x 35 uneven NVL72 racks (2,496 GPUs, NVLS on), analytic: {lo * 1e3:.1f} / "
           f"{med * 1e3:.1f} ms; choices {dict(algos)}; 4 GiB busbw {res[-1].busbw_Bps / 1e9:.1f} GB/s")
     if args.flow_racks:
-        ranks = list(range(nvl.num_gpus))
-        t = time.perf_counter()
-        topo = cached_topology(nvl, gb200)
-        print(f"topology 20 NVL72 racks: {topo.n_links} links, build {time.perf_counter() - t:.2f} s")
-        t = time.perf_counter()
-        res = [run_collective(nvl, gb200, "allreduce", s, ranks, algo="^nvls,nvlstree") for s in sizes]
-        algos = Counter(f"{r.algo}/{r.proto}" for r in res)
-        print(f"sweep 30 sizes x 20 NVL72 racks, flow engine (one run): {time.perf_counter() - t:.1f} s; "
-              f"{sum(r.n_transfers for r in res)} transfers; choices {dict(algos)}")
+        _flow_racks(args)
 
     size = 4 * 2**30
     ranks = list(range(big.num_gpus))

@@ -1,7 +1,8 @@
 """Flow-engine step cost against the explicit simulation, and how it grows with the GPU count and pipeline depth.
 
-Run: ``python benchmarks/bench_flow_scaling.py [--repeat N] [--only TEXT] [--reference-max-gpus N]``; prints the
-markdown tables of docs/PERFORMANCE.md ("Flow engine by symmetry") with the machine and its load.
+Run: ``python benchmarks/bench_flow_scaling.py [--repeat N] [--only TEXT] [--reference-max-gpus N]
+[--baseline DIR] [--rounds R] [--no-reference]``; prints the markdown tables of docs/PERFORMANCE.md ("Flow engine
+by symmetry") with the machine and its load.
 
 Each case runs in its own process (so its peak memory is the process's max RSS): one ``flowsim.simulate`` to
 build the topology and load the compiled kernels, then ``N`` re-runs of every collective (the step engine's
@@ -9,10 +10,18 @@ flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of t
 with the explicit simulation (``netsim.simulate(symmetry=False)``) on one thread (``netsim.THREADS = 1``) and
 the prepared-collective cache cleared before each run, i.e. the flow engine before issue 22. Figures are min /
 median seconds over the repeats and the ratio of the medians, measured in one process back to back, so a
-loaded machine inflates both sides alike. ``flowsim.config.bounds.MAX_GPUS_FLOW`` (16,384) is lifted for the 65,536-GPU case. Cases above
-``--reference-max-gpus`` GPUs (default 16,384) run without the reference (its cost there is
-minutes). The step times of both paths are printed; they agree to the event loop's tolerance
-(tests/test_flow_symmetry.py).
+loaded machine inflates both sides alike. Each re-run also empties the symmetry quotients' cache
+(``flowsim.network.symmetry``), so it pays its refinements as a new step of another structure would (the cache
+serves sweeps and configs that share a structure). ``flowsim.config.bounds.MAX_GPUS_FLOW`` (16,384) is lifted for
+the 65,536-GPU case. Cases above ``--reference-max-gpus`` GPUs (default 16,384), or all with ``--no-reference``,
+run without the reference (its cost there is minutes). The step times of both paths are printed; they agree to
+the event loop's tolerance (tests/test_flow_symmetry.py).
+
+``--baseline DIR``: also run each case's re-runs with the ``flowsim`` package of ``DIR`` first on ``PYTHONPATH``
+(a checkout of an earlier commit, e.g. ``git archive REV flowsim | tar -x -C DIR``: its flowsim/ engine, this
+checkout's kernels and NCCL models), in ``--rounds`` processes per code (default 1) alternating with the current
+code's, each with ``--repeat`` re-runs; the medians of all re-runs of each code are compared ("first" is the
+smallest first call, RSS the largest).
 """
 from __future__ import annotations
 
@@ -50,11 +59,12 @@ THREADS = None  # netsim.THREADS of this process, set by _one
 def _rerun(cfg, reference: bool) -> tuple:
     """Seconds of one re-run of every collective of ``cfg``, and its step time."""
     import flowsim
-    from flowsim.network import collective_flows, netsim
+    from flowsim.network import collective_flows, netsim, symmetry
     from flowsim.step import flows as step_flows
 
     step_flows._flow.cache_clear()
     step_flows._together_s.cache_clear()
+    getattr(symmetry, "_QUOTIENTS", {}).clear()  # none before the cache (a --baseline checkout)
     if reference:
         collective_flows._PREPARED.clear()
         step_flows._stage_groups_array.cache_clear()
@@ -95,6 +105,12 @@ def _fmt(xs: list) -> str:
     return f"{min(xs):.3f} / {statistics.median(xs):.3f}" if xs else "-"
 
 
+def _case(cmd: list, env: dict | None = None) -> dict:
+    """The JSON of one ``--case`` subprocess (``env``: variables added to this one's)."""
+    run = subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return json.loads(run.stdout.splitlines()[-1])
+
+
 def main() -> None:
     args = sys.argv[1:]
     repeat = int(args[args.index("--repeat") + 1]) if "--repeat" in args else 3
@@ -104,22 +120,39 @@ def main() -> None:
         return
     only = args[args.index("--only") + 1] if "--only" in args else ""
     ref_max = int(args[args.index("--reference-max-gpus") + 1]) if "--reference-max-gpus" in args else 16384
+    ref_max = 0 if "--no-reference" in args else ref_max
+    baseline = os.path.abspath(args[args.index("--baseline") + 1]) if "--baseline" in args else None
+    rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 1
     print(f"machine: {platform.machine()} {platform.processor() or 'cpu'}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}; load average before: {os.getloadavg()}")
+          f"Python {platform.python_version()}; load average before: {os.getloadavg()}"
+          + (f"; previous code: {baseline}" if baseline else ""))
     for title, cases in TABLES:
-        print(f"\n{title}\n\n| case | first s | re-run s, min / median | reference s, min / median | "
-              f"reference / re-run (medians) | step s | max RSS MB |\n|---|---|---|---|---|---|---|")
+        print(f"\n{title}\n\n| case | first s | re-run s, min / median | previous code s, min / median | "
+              f"previous / re-run (medians) | reference s, min / median | reference / re-run (medians) | step s | "
+              f"max RSS MB (previous) |\n|---|---|---|---|---|---|---|---|---|")
         for name, kw in cases.items():
             if only not in name:
                 continue
             cmd = [sys.executable, __file__, "--case", name, "--repeat", str(repeat)]
-            cmd += ["--reference"] if kw["gpus"] <= ref_max else []
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-            ratio = (f"{statistics.median(out['ref_s']) / statistics.median(out['fast_s']):.1f}x"
-                     if out["ref_s"] else "-")
-            step = " / ".join(f"{s:.6f}" for s in sorted({s for _, s in out["steps"]}))
-            print(f"| {name} | {out['first_s']:.2f} | {_fmt(out['fast_s'])} | {_fmt(out['ref_s'])} | {ratio} | "
-                  f"{step} | {out['max_rss_mb']:.0f} |", flush=True)
+            runs, prevs = [], []
+            for r in range(rounds):  # processes of the two codes alternate, the first one swapping each round
+                for is_prev in ((False, True) if r % 2 == 0 else (True, False))[:2 if baseline else 1]:
+                    if is_prev:
+                        prevs.append(_case(cmd, {"PYTHONPATH": baseline}))
+                    else:
+                        runs.append(_case(cmd + (["--reference"] if kw["gpus"] <= ref_max else [])))
+            out = {k: [x for o in runs for x in o[k]] for k in ("fast_s", "ref_s", "steps")}
+            out |= {"first_s": min(o["first_s"] for o in runs), "max_rss_mb": max(o["max_rss_mb"] for o in runs)}
+            prev = {k: [x for o in prevs for x in o[k]] for k in ("fast_s", "steps")}
+            prev["max_rss_mb"] = max((o["max_rss_mb"] for o in prevs), default=0)
+            ratio = {k: (f"{statistics.median(out[k]) / statistics.median(out['fast_s']):.1f}x" if out[k] else "-")
+                     for k in ("ref_s",)}
+            ratio["prev"] = (f"{statistics.median(prev['fast_s']) / statistics.median(out['fast_s']):.1f}x"
+                             if prev["fast_s"] else "-")
+            step = " / ".join(f"{s:.6f}" for s in sorted({s for _, s in out["steps"] + prev["steps"]}))
+            rss = f"{out['max_rss_mb']:.0f}" + (f" ({prev['max_rss_mb']:.0f})" if baseline else "")
+            print(f"| {name} | {out['first_s']:.2f} | {_fmt(out['fast_s'])} | {_fmt(prev['fast_s'])} | "
+                  f"{ratio['prev']} | {_fmt(out['ref_s'])} | {ratio['ref_s']} | {step} | {rss} |", flush=True)
     print(f"\nload average after: {os.getloadavg()}")
 
 
