@@ -102,3 +102,11 @@ def test_shared_rows_list_where_their_settings_came_from(shared_data):
     assert any(a.startswith("settings from the megatron-deepspeed-bigscience profile") for a in bloom.assumptions)
     profiled = [r for r in by_id.values() if any("profile:" in a for a in r.assumptions)]
     assert len(profiled) > 140
+
+
+def test_fp8_weight_all_gather_from_the_notes():
+    cfg, assumptions = _cfg(framework="torchtitan", framework_version="torchtitan-2025-06", precision="fp8",
+                            notes="precision detail: fp8 (float8 + fp8 all-gather)")
+    assert cfg.training.fp8_param_gather and "fp8_param_gather: on (FP8 weight all-gather in the notes)" in assumptions
+    cfg, _ = _cfg(framework="torchtitan", framework_version="torchtitan-2025-06", precision="fp8", notes="float8")
+    assert not cfg.training.fp8_param_gather

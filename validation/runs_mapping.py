@@ -239,7 +239,8 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
     * A source dated before FlashAttention (Dao et al., May 2022, arXiv 2205.14135) ran unfused attention.
     * ``tp-comm-overlap`` / "TP comm overlap" in the notes: tensor-parallel communication overlapped.
     * The FP8 recipe an ``fp8`` row's notes name (current scaling / FP8-CS / tensorwise, rowwise, MXFP8,
-      fine-grained / blockwise, delayed scaling): ``fp8_recipe`` (the runs README keeps the recipe in ``notes``).
+      fine-grained / blockwise, delayed scaling): ``fp8_recipe`` (the runs README keeps the recipe in ``notes``);
+      "fp8 all-gather" there: ``fp8_param_gather``.
     * (These two, and eager kernels for torchtitan, only where the row's v2 columns ``attention_impl``,
       ``tp_comm_overlap`` and ``torch_compile`` do not state the setting: ``training`` holds what they state.)
     * Selective recompute outside Megatron-LM / NeMo is the source's own policy (:mod:`flowsim.model.recompute`):
@@ -296,6 +297,10 @@ def _software_facts(row: Mapping, num_layers, training: dict, assumptions: list)
     if recipe:
         out["fp8_recipe"] = recipe
         assumptions.append(f"fp8_recipe: {recipe} (from the notes)")
+    if training["precision"] == "fp8" and re.search(r"fp8 all-gather|float8 all-gather|fp8[-_ ]param[-_ ]gather",
+                                                    text, re.IGNORECASE):
+        out["fp8_param_gather"] = True
+        assumptions.append("fp8_param_gather: on (FP8 weight all-gather in the notes)")
     if re.search(r"tp[-_ ]comm[-_ ]overlap", text, re.IGNORECASE) and "tp_comm_overlap" not in training:
         out["tp_comm_overlap"] = True
         assumptions.append("tp_comm_overlap: on (stated in the source notes)")

@@ -111,6 +111,11 @@ class TrainingConfig:
         Data-parallel gradient reduction overlaps the backward pass (bucketed).
     overlap_param_gather : bool
         Distributed-optimizer / FSDP parameter all-gather overlaps the forward pass.
+    fp8_param_gather : bool
+        The distributed optimizer / FSDP all-gathers the transformer layers' linear weights in FP8, 1 byte each
+        (Megatron-core ``--fp8-param-gather``; torchtitan ``enable_fsdp_float8_all_gather``); the embedding, the
+        output layer and the norms stay 16-bit (:func:`flowsim.step.data_parallel.gather_bytes`). Needs
+        ``precision: fp8``. Default off.
     tp_comm_overlap : bool
         Tensor-parallel communication overlapped with GEMMs (Megatron/TE userbuffers).
     tp_overlap_impl : str
@@ -272,6 +277,7 @@ class TrainingConfig:
     pipeline_schedule: str = "auto"
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    fp8_param_gather: bool = False
     tp_comm_overlap: bool = False
     tp_overlap_impl: str = "userbuffers"
     bucket_size_bytes: float = 0.0
@@ -409,6 +415,8 @@ class TrainingConfig:
         self._validate_recompute()
         if self.precision not in PRECISIONS:
             raise ConfigError("precision", f"must be one of {', '.join(PRECISIONS)}", self.precision)
+        if self.fp8_param_gather and self.precision != "fp8":
+            raise ConfigError("fp8_param_gather", "needs precision: fp8", self.precision)
         if self.pipeline_schedule not in SCHEDULES:
             raise ConfigError("pipeline_schedule", f"must be one of {', '.join(SCHEDULES)}",
                               self.pipeline_schedule)

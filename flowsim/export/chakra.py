@@ -89,8 +89,8 @@ def sim_config(result: Result) -> SimConfig:
 def _dp_ops(cfg: SimConfig, stage: int, optimizer_s: float) -> list[Op]:
     """The gradient reduction buckets, optimizer step and parameter gathers of ``stage``."""
     from flowsim.model.workload import build_workload
-    from flowsim.step.data_parallel import (PARAM_GATHER_BYTES, grad_reduce_bytes, reduction_parts,
-                                            grad_bucket_bytes, zero_level)
+    from flowsim.step.data_parallel import (grad_bucket_bytes, grad_reduce_bytes, part_gather_bytes,
+                                            reduction_parts, zero_level)
 
     t = cfg.training
     ops = []
@@ -102,7 +102,7 @@ def _dp_ops(cfg: SimConfig, stage: int, optimizer_s: float) -> list[Op]:
             size = int(round(n * grad_reduce_bytes(t) * factor / nb))
             ops += [Op("coll", f"dp {op} bucket{b}", op=op, group=g, size_bytes=size) for b in range(nb)]
             if op == "reducescatter":
-                gsize = int(round(n * PARAM_GATHER_BYTES / nb))
+                gsize = int(round(part_gather_bytes(cfg, wl, stage, g, n) / nb))
                 gathers += [Op("coll", f"param allgather bucket{b}", op="allgather", group=g, size_bytes=gsize)
                             for b in range(nb)]
     ops.append(Op("comp", "optimizer", duration_us=int(round(optimizer_s * 1e6))))

@@ -85,12 +85,34 @@ def root_params(cfg, wl, stage: int) -> float:
     is False for the root); its inputs (token ids) need no gradient, so its reduce-scatter runs in the final
     backward callback, after the embedding's gradient (FSDP2 ``_root_post_backward_final_callback``, FSDP1
     ``_post_backward_final_callback``), and the step waits for it."""
-    if not pytorch_wrapper(cfg.training):
-        return 0.0
+    return _outside_layers(cfg, wl, stage) if pytorch_wrapper(cfg.training) else 0.0
+
+
+def _outside_layers(cfg, wl, stage: int) -> float:
+    """Dense parameters of one GPU of ``stage`` that its transformer layers do not hold (embedding, final norm,
+    LM head, MTP modules)."""
     dense, moe = layer_params(cfg), layer_params(cfg, moe=True)
     n_moe = int(wl.chunk_moe_layers[stage].sum())
     in_layers = (int(wl.chunk_layers[stage].sum()) - n_moe) * dense + n_moe * moe
     return max(0.0, float(wl.stage_params[stage]) - in_layers)
+
+
+def layer_gather_bytes(t) -> float:
+    """Bytes per parameter of a transformer layer's weight all-gather: 1 with ``fp8_param_gather`` (the linear
+    weights travel as FP8; the layer's norm weights, under 0.1 % of it, are counted with them), else 2."""
+    return 1.0 if t.fp8_param_gather else float(PARAM_GATHER_BYTES)
+
+
+def part_gather_bytes(cfg, wl, stage: int, group: str, params: float) -> float:
+    """Bytes of the weight all-gather of ``params`` parameters of one :func:`reduction_parts` part: routed experts
+    (``edp``) all transformer-layer weights; a dense part keeps the weights outside the layers (embedding, LM head)
+    16-bit under ``fp8_param_gather`` (Megatron-core gathers only Transformer Engine's FP8 modules' weights in FP8,
+    ``--fp8-param-gather``; torchao's float8 all-gather covers the Float8Linear modules)."""
+    per_layer = layer_gather_bytes(cfg.training)
+    if per_layer == PARAM_GATHER_BYTES:
+        return params * PARAM_GATHER_BYTES
+    outside = 0.0 if group == "edp" else min(_outside_layers(cfg, wl, stage), params)
+    return (params - outside) * per_layer + outside * PARAM_GATHER_BYTES
 
 
 def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tuple[float, float, float]:
@@ -128,7 +150,7 @@ def _fsdp_layer_comms(cfg, wl, comms) -> tuple:
     hybrid sharding, the shard's all-reduce across the replicas; and the gather's and reduce-scatter's bytes."""
     t, m = cfg.training, cfg.num_microbatches
     per_layer_params = (wl.stage_params[0] - root_params(cfg, wl, 0)) / max(int(wl.chunk_layers[0].sum()), 1)
-    ag_bytes, rs_bytes = per_layer_params * PARAM_GATHER_BYTES, per_layer_params * grad_reduce_bytes(t)
+    ag_bytes, rs_bytes = per_layer_params * layer_gather_bytes(t), per_layer_params * grad_reduce_bytes(t)
     g = shard_group(t)
     return (comms.time(g, "allgather", ag_bytes, 2 * m), comms.time(g, "reducescatter", rs_bytes, m),
             comms.time("dpr", "allreduce", rs_bytes / t.dp_shard, m), ag_bytes, rs_bytes)
@@ -159,7 +181,7 @@ def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
         times.append(np.full(nb, comms.time(g, g_op, size, nb)))
         sms.append(comms.ctas(g, g_op, size))
         if g_op == "reducescatter":
-            gsize = n * PARAM_GATHER_BYTES / nb
+            gsize = part_gather_bytes(cfg, wl, stage, g, n) / nb
             g_times.append(np.full(nb, comms.time(g, "allgather", gsize, nb)))
             g_sms.append(comms.ctas(g, "allgather", gsize))
     return times, sms, g_times, g_sms
@@ -188,7 +210,7 @@ def _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms) -> t
     t = cfg.training
     ep_extra = 0.0
     if t.overlap_param_gather and t.comm_engine == "flow":  # beside the next step's first forward passes
-        gather = tuple((g, stage, "allgather", n * PARAM_GATHER_BYTES) for g, g_op, n, _ in parts
+        gather = tuple((g, stage, "allgather", part_gather_bytes(cfg, wl, stage, g, n)) for g, g_op, n, _ in parts
                        if g_op == "reducescatter")
         t0 = float(timeline.start_s[stage].min())
         extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, gather, t0,
