@@ -193,8 +193,8 @@ def _run_dask(client, batches: list, stored: frozenset, known_pruned: dict, prun
 
     try:
         stored_f, pruned_f = client.scatter([stored, known_pruned], broadcast=True)
-        futures = client.map(evaluate_isolated if isolate else evaluate, batches, stored_keys=stored_f, prune_memory=prune_memory,
-                             known_pruned=pruned_f, pure=False)
+        futures = client.map(evaluate_isolated if isolate else evaluate, batches, stored_keys=stored_f,
+                             prune_memory=prune_memory, known_pruned=pruned_f, pure=False)
         for f in dask_completed(futures):
             yield f.result()
     finally:

@@ -22,6 +22,7 @@ all-gather + reduce-scatter pairs.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -556,7 +557,7 @@ _BLOCK_FREE = frozenset({
     "overlap_param_gather", "bucket_size_bytes", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "pipeline_layer_split", "comm_engine", "p2p_sync", "pipeline_engine",
     "optimizer_impl", "grad_reduce_dtype", "pipeline_model_parallel_layout"})
-_BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(TrainingConfig) if f.name not in _BLOCK_FREE)
+_BLOCK_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(TrainingConfig) if f.name not in _BLOCK_FREE))
 # Blocks (layer, MoE layer, embedding, head) and their op tables, by block_key; 1,024 kept (~10 KB each; a tune of
 # gpt3-175b on 1,024 GPUs has 504 keys).
 _BLOCKS = BoundedCache(1024)
@@ -567,7 +568,7 @@ def block_key(cfg: SimConfig) -> tuple:
     """What a config's blocks are built from: the model, the training fields they read (all but
     ``_BLOCK_FREE``) and whether FSDP2 copies the gathered weights out (:func:`fsdp_copies_out`)."""
     t = cfg.training
-    return (cfg.model, fsdp_copies_out(t)) + tuple([getattr(t, f) for f in _BLOCK_FIELDS])
+    return (cfg.model, fsdp_copies_out(t)) + _BLOCK_VALUES(t)
 
 
 def build_workload(cfg: SimConfig) -> Workload:

@@ -137,10 +137,16 @@ def price_op_tables(configs) -> int:
     import pandas as pd
 
     todo: dict = {}
+    stacks: dict = {}  # (GPU, kernel stack) by what they are built from; ids of clusters alive in ``configs``
     for cfg in configs:
+        t = cfg.training
         try:
-            gpu = get_gpu(cfg.cluster.gpu)
-            key = (block_key(cfg), gpu, _kernel_stack(cfg, gpu))
+            where = (id(cfg.cluster), t.software_release, t.calibration, t.framework_version)
+            gpu_stack = stacks.get(where)
+            if gpu_stack is None:
+                gpu = get_gpu(cfg.cluster.gpu)
+                gpu_stack = stacks[where] = (gpu, _kernel_stack(cfg, gpu))
+            key = (block_key(cfg),) + gpu_stack
             if key not in todo and key not in _OP_TIMES:
                 todo[key] = build_workload(cfg)
         except Exception:  # noqa: BLE001 -- an optimisation pass: simulate raises it for that config
