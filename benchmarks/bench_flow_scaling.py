@@ -22,6 +22,11 @@ the event loop's tolerance (tests/test_flow_symmetry.py).
 checkout's kernels and NCCL models), in ``--rounds`` processes per code (default 1) alternating with the current
 code's, each with ``--repeat`` re-runs; the medians of all re-runs of each code are compared ("first" is the
 smallest first call, RSS the largest).
+
+The growth check of issue 22 ("no worse than linear in distinct link classes"): one more re-run counts what its
+event loops simulate after the quotient, summed over the step's simulations: transfers, links (link classes, or
+the used links where no quotient is made) and re-solves; the last column is the median re-run per 1,000 of those
+links.
 """
 from __future__ import annotations
 
@@ -98,7 +103,32 @@ def _one(name: str, repeat: int, reference: bool) -> dict:
             steps.add((is_ref, step))
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"name": name, "gpus": kw["gpus"], "first_s": first, "fast_s": fast, "ref_s": ref,
-            "steps": sorted(steps), "max_rss_mb": rss_mb}
+            "steps": sorted(steps), "max_rss_mb": rss_mb, "classes": _classes(cfg)}
+
+
+def _classes(cfg) -> list:
+    """Sums over one re-run's event loops (``netsim._run``, after the quotient) of the transfers, the links (link
+    classes, or the used links where no quotient is made) and the re-solves they simulate; ``[]`` for code
+    before ``netsim._used_links`` (a --baseline checkout, which hands the event loop every link)."""
+    from flowsim.network import netsim
+
+    if not hasattr(netsim, "_used_links"):
+        return []
+    run, sums = netsim._run, [0, 0, 0]
+
+    def counted(capacity_Bps, route_ptr, *rest):
+        out = run(capacity_Bps, route_ptr, *rest)
+        sums[0] += route_ptr.size - 1
+        sums[1] += capacity_Bps.size
+        sums[2] += int(out[3])
+        return out
+
+    netsim._run = counted
+    try:
+        _rerun(cfg, False)
+    finally:
+        netsim._run = run
+    return sums
 
 
 def _fmt(xs: list) -> str:
@@ -129,7 +159,8 @@ def main() -> None:
     for title, cases in TABLES:
         print(f"\n{title}\n\n| case | first s | re-run s, min / median | previous code s, min / median | "
               f"previous / re-run (medians) | reference s, min / median | reference / re-run (medians) | step s | "
-              f"max RSS MB (previous) |\n|---|---|---|---|---|---|---|---|---|")
+              f"max RSS MB (previous) | simulated transfers / link classes / re-solves | re-run ms per 1,000 link "
+              f"classes |\n|---|---|---|---|---|---|---|---|---|---|---|")
         for name, kw in cases.items():
             if only not in name:
                 continue
@@ -142,7 +173,8 @@ def main() -> None:
                     else:
                         runs.append(_case(cmd + (["--reference"] if kw["gpus"] <= ref_max else [])))
             out = {k: [x for o in runs for x in o[k]] for k in ("fast_s", "ref_s", "steps")}
-            out |= {"first_s": min(o["first_s"] for o in runs), "max_rss_mb": max(o["max_rss_mb"] for o in runs)}
+            out |= {"first_s": min(o["first_s"] for o in runs), "max_rss_mb": max(o["max_rss_mb"] for o in runs),
+                    "classes": runs[0]["classes"]}
             prev = {k: [x for o in prevs for x in o[k]] for k in ("fast_s", "steps")}
             prev["max_rss_mb"] = max((o["max_rss_mb"] for o in prevs), default=0)
             ratio = {k: (f"{statistics.median(out[k]) / statistics.median(out['fast_s']):.1f}x" if out[k] else "-")
@@ -151,8 +183,11 @@ def main() -> None:
                              if prev["fast_s"] else "-")
             step = " / ".join(f"{s:.6f}" for s in sorted({s for _, s in out["steps"] + prev["steps"]}))
             rss = f"{out['max_rss_mb']:.0f}" + (f" ({prev['max_rss_mb']:.0f})" if baseline else "")
+            n_t, n_l, n_s = out["classes"] or (0, 0, 0)
+            per = f"{statistics.median(out['fast_s']) * 1e6 / n_l:.2f}" if n_l else "-"
             print(f"| {name} | {out['first_s']:.2f} | {_fmt(out['fast_s'])} | {_fmt(prev['fast_s'])} | "
-                  f"{ratio['prev']} | {_fmt(out['ref_s'])} | {ratio['ref_s']} | {step} | {rss} |", flush=True)
+                  f"{ratio['prev']} | {_fmt(out['ref_s'])} | {ratio['ref_s']} | {step} | {rss} | "
+                  f"{n_t:,} / {n_l:,} / {n_s:,} | {per} |", flush=True)
     print(f"\nload average after: {os.getloadavg()}")
 
 
