@@ -43,12 +43,13 @@ def _siblings(draw):
     kw = draw(layouts())
     if draw(st.booleans()):
         kw["fsdp_version"] = 2
-    other = dict(kw, pp=draw(st.sampled_from((1, 2, 4))), zero_stage=draw(st.sampled_from((0, 1, 2, 3))),
-                 distributed_optimizer=draw(st.booleans()),
-                 schedule=draw(st.sampled_from(("auto", "1f1b", "gpipe", "zb-h1", "dualpipe"))))
-    other["gpus"] = kw["tp"] * other["pp"] * kw["cp"] * kw["dp"]
-    if draw(st.booleans()):
-        other["gbs"] = kw["gbs"] * 2
+    other = dict(kw, pp=draw(st.sampled_from((1, 2, 4))), dp=draw(st.sampled_from((kw["dp"], 2 * kw["dp"]))),
+                 zero_stage=draw(st.sampled_from((0, 1, 2, 3))), distributed_optimizer=draw(st.booleans()),
+                 schedule=draw(st.sampled_from(("auto", "1f1b", "gpipe", "zb-h1", "dualpipe"))),
+                 overlap_grad_reduce=draw(st.booleans()), overlap_param_gather=draw(st.booleans()),
+                 bucket_size_bytes=draw(st.sampled_from((40e6, 1e9))))
+    other["gpus"] = kw["tp"] * other["pp"] * kw["cp"] * other["dp"]
+    other["gbs"] = kw["gbs"] * (other["dp"] // kw["dp"]) * draw(st.sampled_from((1, 2)))
     return kw, other
 
 
