@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Callable
 
 from flowsim.errors import ConfigError
-from flowsim.validation.runs_compare import ErrorSummary, RunComparison, ValidationReport, summarize
-from flowsim.validation.runs_mapping import NVL_HOST_GPUS, SYSTEM_NIC_GBPS, config_of_row, row_to_config
+from flowsim.units import GiB
+from flowsim.validation.runs_compare import (ErrorSummary, MemorySummary, RunComparison, ValidationReport, one_nan,
+                                             summarize, summarize_memory)
+from flowsim.validation.runs_mapping import (NVL_HOST_GPUS, SYSTEM_NIC_GBPS, config_of_row, measured_peak_memory_gib,
+                                             row_to_config)
 from flowsim.validation.runs_predict import RowPredictor, predict_rows
 from flowsim.validation.runs_read import (NUMERIC_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS, V2_NUMERIC_COLUMNS,
                                           V2_SETTING_COLUMNS, V2_TEXT_COLUMNS, SkippedRun, read_run_records,
@@ -28,8 +31,8 @@ from flowsim.validation.runs_v2 import V2_SETTINGS
 
 __all__ = ["NUMERIC_COLUMNS", "TEXT_COLUMNS", "REQUIRED_COLUMNS", "V2_SETTING_COLUMNS", "V2_NUMERIC_COLUMNS",
            "V2_TEXT_COLUMNS", "V2_SETTINGS", "NVL_HOST_GPUS", "SYSTEM_NIC_GBPS", "RunComparison", "SkippedRun",
-           "ErrorSummary", "ValidationReport", "read_runs", "read_run_records", "row_to_config", "config_of_row",
-           "summarize", "validate_runs"]
+           "ErrorSummary", "MemorySummary", "ValidationReport", "read_runs", "read_run_records", "row_to_config",
+           "config_of_row", "measured_peak_memory_gib", "summarize", "summarize_memory", "validate_runs"]
 
 
 def validate_runs(path: str | Path, simulate: Callable | None = None, *,
@@ -88,12 +91,15 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
             skipped.append(SkippedRun(row["id"], p.reason))
             continue
         measured = float(row["measured_step_time_s"])
+        predicted_gib, measured_gib = one_nan(p.memory_allocated_bytes / GiB), measured_peak_memory_gib(row)
         rows.append(RunComparison(
             id=row["id"], source=row["source"], model=row["model"], gpu=row["gpu"],
             num_gpus=p.num_gpus, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp,
             predicted_step_time_s=p.step_time_s, measured_step_time_s=measured,
             error_pct=(p.step_time_s - measured) / measured * 100.0, fits_memory=p.fits_memory,
-            assumptions=p.assumptions, family=p.family))
+            assumptions=p.assumptions, family=p.family, predicted_memory_gib=predicted_gib,
+            measured_memory_gib=measured_gib,
+            memory_error_pct=one_nan((predicted_gib - measured_gib) / measured_gib * 100.0)))
     by_source: dict[str, list[RunComparison]] = {}
     by_family: dict[str, list[RunComparison]] = {}
     for r in rows:
@@ -106,4 +112,4 @@ def validate_runs(path: str | Path, simulate: Callable | None = None, *,
         summary=summarize([r.predicted_step_time_s for r in rows], [r.measured_step_time_s for r in rows]),
         by_source={src: summarize([r.predicted_step_time_s for r in rs], [r.measured_step_time_s for r in rs])
                    for src, rs in by_source.items()},
-        skipped=tuple(skipped))
+        skipped=tuple(skipped), memory=summarize_memory(rows))

@@ -41,6 +41,14 @@ class RunComparison:
     family : str
         Layout family: ``dense`` (TP/PP/CP/DP with all-reduce or the distributed optimizer), ``dense-fsdp``
         (ZeRO-2/3, FSDP) or ``moe``.
+    predicted_memory_gib : float
+        flowsim's peak memory held by PyTorch's caching allocator on the most loaded GPU, GiB (2**30 bytes):
+        :attr:`flowsim.step.memory.StageMemory.allocated_bytes`, without the CUDA context.
+    measured_memory_gib : float
+        The peak memory per GPU the row's notes state, GiB (:func:`~flowsim.validation.runs_mapping.
+        measured_peak_memory_gib`; torchtitan's ``max_memory_reserved``); NaN when they state none.
+    memory_error_pct : float
+        ``(predicted - measured) / measured * 100`` of the two above; NaN without a measured peak.
     """
 
     id: int
@@ -58,6 +66,9 @@ class RunComparison:
     fits_memory: bool
     assumptions: tuple = ()
     family: str = "dense"
+    predicted_memory_gib: float = math.nan
+    measured_memory_gib: float = math.nan
+    memory_error_pct: float = math.nan
 
     @property
     def layout(self) -> str:
@@ -93,6 +104,47 @@ class ErrorSummary:
 
 
 @dataclass(frozen=True)
+class MemorySummary:
+    """Predicted against measured peak memory of the rows whose notes state a measured peak, and the fit check.
+
+    Attributes
+    ----------
+    n : int
+        Rows with a measured peak.
+    median_abs_error_pct, max_abs_error_pct : float
+        Median and largest ``|memory_error_pct|`` (NaN when ``n`` is 0).
+    median_error_pct : float
+        Median signed ``memory_error_pct``: negative = flowsim's allocated bytes below the measured peak (a
+        measured ``max_memory_reserved`` also holds the caching allocator's unused cached blocks).
+    not_fitting : int
+        Simulated rows flowsim predicts do not fit in the GPU's memory; every row of a runs CSV ran, so each
+        is a miss unless settings the row does not state (recompute, offloading) explain it.
+    """
+
+    n: int
+    median_abs_error_pct: float
+    median_error_pct: float
+    max_abs_error_pct: float
+    not_fitting: int = 0
+
+
+def one_nan(x: float) -> float:
+    """``x``, or :data:`math.nan` itself when ``x`` is NaN: equal reports then compare equal (a dataclass compares
+    its fields as a tuple, which tries identity before ``==``, and NaN != NaN)."""
+    return math.nan if x != x else x
+
+
+def summarize_memory(rows) -> MemorySummary:
+    """The :class:`MemorySummary` of :class:`RunComparison` rows."""
+    errors = np.array([r.memory_error_pct for r in rows if not math.isnan(r.memory_error_pct)], dtype=float)
+    not_fitting = sum(not r.fits_memory for r in rows)
+    if not len(errors):
+        return MemorySummary(0, math.nan, math.nan, math.nan, not_fitting)
+    return MemorySummary(len(errors), float(np.median(np.abs(errors))), float(np.median(errors)),
+                         float(np.max(np.abs(errors))), not_fitting)
+
+
+@dataclass(frozen=True)
 class ValidationReport:
     """The outcome of :func:`validate_runs`.
 
@@ -109,6 +161,8 @@ class ValidationReport:
     skipped : tuple[SkippedRun, ...]
         Every row that was not simulated, with the reason: malformed lines first, then the others in file
         order.
+    memory : MemorySummary or None
+        Predicted against measured peak memory (rows whose notes state one) and the rows predicted not to fit.
     """
 
     rows: tuple
@@ -116,21 +170,26 @@ class ValidationReport:
     by_source: dict = field(default_factory=dict)
     by_family: dict = field(default_factory=dict)
     skipped: tuple = ()
+    memory: MemorySummary | None = None
 
     def to_dict(self) -> dict:
         """The stable JSON view (what ``flowsim validate --json`` prints).
 
         Keys: ``rows`` (each with ``id``, ``predicted_step_time_s``, ``measured_step_time_s``,
         ``error_pct`` and the other :class:`RunComparison` fields), ``summary`` (``n``,
-        ``median_abs_error_pct``, ``mape_pct``, ``p90_abs_error_pct``, ``spearman``) and ``skipped``
-        (each with ``id`` and ``reason``).
+        ``median_abs_error_pct``, ``mape_pct``, ``p90_abs_error_pct``, ``spearman``), ``skipped``
+        (each with ``id`` and ``reason``), and ``memory`` (:class:`MemorySummary`'s fields) where some row states
+        a measured peak; rows carry ``predicted_memory_gib``, ``measured_memory_gib`` and ``memory_error_pct``.
         """
         rows = [{**vars(r), "assumptions": list(r.assumptions)} for r in self.rows]  # flat fields: no asdict
-        return {
+        out = {
             "rows": rows,
             "summary": asdict(self.summary),
             "skipped": [asdict(s) for s in self.skipped],
         }
+        if self.memory is not None and self.memory.n:
+            out["memory"] = asdict(self.memory)
+        return out
 
     def to_frame(self) -> pd.DataFrame:
         """One row per simulated run, indexed by id, with the :class:`RunComparison` fields as columns."""

@@ -335,6 +335,22 @@ def _fp8_recipe(text: str) -> str | None:
     return None
 
 
+_PEAK_MEMORY = re.compile(r"\bpeak mem(?:ory)? ([0-9]+(?:\.[0-9]+)?) ?GiB", re.IGNORECASE)
+
+
+def measured_peak_memory_gib(row: Mapping) -> float:
+    """The peak device memory per GPU a row's ``notes`` state, GiB, or NaN when they state none.
+
+    The runs schema has no memory column; its README keeps what a source says beyond the columns in ``notes``,
+    and the curated rows quote the source's figure as ``source notes: peak mem X GiB`` (``n/a`` when the source
+    gives none). torchtitan's figure is ``torch.cuda.max_memory_reserved`` (the ``memory: X GiB`` of its training
+    log: torchtitan 0.1.0 ``components/metrics.py`` ``DeviceMemoryMonitor.get_peak_stats``, reserved_bytes.all.peak),
+    i.e. the caching allocator's reserved bytes, not the CUDA context.
+    """
+    found = _PEAK_MEMORY.search(str(row.get("notes", "")))
+    return float(found.group(1)) if found and float(found.group(1)) > 0 else math.nan
+
+
 SYSTEM_NIC_GBPS = {
     # curated/README.md "System facts used": Meta Grand Teton (torchtitan, Llama 3) 400 Gb/s per GPU
     "h100-sxm-hbm2e": (400.0, "Meta Grand Teton system facts in the runs README"),

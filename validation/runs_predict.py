@@ -46,6 +46,9 @@ class Prediction:
         Layout family (``dense``, ``dense-fsdp`` or ``moe``; see :class:`~flowsim.validation.runs.RunComparison`).
     assumptions : tuple[str, ...]
         The row's assumptions (:func:`~flowsim.validation.runs_mapping.config_of_row`).
+    memory_allocated_bytes : float
+        flowsim's peak bytes handed out by PyTorch's caching allocator on the most loaded GPU
+        (:attr:`flowsim.step.memory.StageMemory.allocated_bytes`); NaN when ``simulate`` is a stand-in.
     """
 
     reason: str | None
@@ -58,6 +61,7 @@ class Prediction:
     cp: int = 0
     family: str = ""
     assumptions: tuple = ()
+    memory_allocated_bytes: float = math.nan
 
 
 class RowPredictor:
@@ -75,7 +79,7 @@ class RowPredictor:
 
     def __init__(self, simulate: Callable, calibration: str = "", time_limit_s: float = 0.0):
         self.simulate, self.calibration, self.time_limit_s = simulate, calibration, time_limit_s
-        self._outcomes: dict = {}  # config key -> (step_time_s, fits_memory) or skip reason
+        self._outcomes: dict = {}  # config key -> (step_time_s, fits_memory, allocated bytes) or skip reason
 
     def predict(self, row: dict) -> Prediction:
         """The :class:`Prediction` of one row of :func:`~flowsim.validation.runs_read.read_run_records`."""
@@ -93,11 +97,11 @@ class RowPredictor:
         t = cfg.training
         family = "moe" if cfg.model.is_moe else ("dense-fsdp" if t.zero_stage >= 2 else "dense")
         return Prediction(None, outcome[0], outcome[1], cfg.cluster.num_gpus, t.tp, t.pp, t.dp, t.cp, family,
-                          assumptions)
+                          assumptions, outcome[2])
 
     def _simulate(self, cfg):
-        """``(step_time_s, fits_memory)`` of ``cfg``, or the one-line reason it has none: flowsim's own
-        errors give their message; any other exception its type and message (the row is listed, the
+        """``(step_time_s, fits_memory, allocated bytes)`` of ``cfg``, or the one-line reason it has none: flowsim's
+        own errors give their message; any other exception its type and message (the row is listed, the
         file goes on)."""
         from flowsim.explore.time_limit import TimeLimitExceeded, time_limit
         from flowsim.step.invariants import InvariantError, check_result
@@ -106,9 +110,14 @@ class RowPredictor:
         try:
             with time_limit(self.time_limit_s):
                 result = self.simulate(cfg)
+            allocated = math.nan
             if isinstance(result, Result):
                 check_result(result)
-            return float(result.step_time_s), bool(result.fits_memory)
+                from flowsim.model.workload import build_workload
+                from flowsim.step.simulate import stage_memories
+
+                allocated = max(m.allocated_bytes for m in stage_memories(cfg, build_workload(cfg)))
+            return float(result.step_time_s), bool(result.fits_memory), allocated
         except (ConfigError, TimeLimitExceeded, InvariantError) as e:
             return str(e)
         except Exception as e:  # noqa: BLE001 -- reported as the row's reason, with its type

@@ -26,6 +26,7 @@ _ROW_COLUMNS = [
     ("predicted_step_time_s", "predicted s", ".4g"),
     ("measured_step_time_s", "measured s", ".4g"),
     ("error_pct", "error %", "+.1f"),
+    ("memory", "memory GiB pred/meas", ""),
     ("assumed", "assumed (empty cells)", ""),
 ]
 
@@ -87,10 +88,20 @@ def _short(name: str) -> str:
     return name if len(name) <= _MODEL_WIDTH else name[:_MODEL_WIDTH - 3] + "..."
 
 
+def _memory_cell(r) -> str:
+    """``predicted/measured`` peak memory in GiB where the row states a measured peak; ``!`` marks a row
+    predicted not to fit."""
+    flag = "" if r.fits_memory else "!"
+    if r.measured_memory_gib == r.measured_memory_gib:  # not NaN
+        return f"{r.predicted_memory_gib:.1f}/{r.measured_memory_gib:.1f}{flag}"
+    return flag
+
+
 def _render(report: ValidationReport) -> str:
     rows = [{"id": r.id, "model": _short(r.model), "gpu": r.gpu, "num_gpus": r.num_gpus, "layout": r.layout,
              "predicted_step_time_s": r.predicted_step_time_s, "measured_step_time_s": r.measured_step_time_s,
-             "error_pct": r.error_pct, "assumed": ",".join(a.split(":")[0] for a in r.assumptions)}
+             "error_pct": r.error_pct, "memory": _memory_cell(r),
+             "assumed": ",".join(a.split(":")[0] for a in r.assumptions)}
             for r in report.rows]
     s = report.summary
     out = [format_table(rows, _ROW_COLUMNS), "",
@@ -98,6 +109,14 @@ def _render(report: ValidationReport) -> str:
            f"median |error| {s.median_abs_error_pct:.1f} %   MAPE {s.mape_pct:.1f} %   "
            f"p90 |error| {s.p90_abs_error_pct:.1f} %   Spearman {s.spearman:.3f}",
            "error = (predicted - measured) / measured; positive = flowsim predicts a slower step"]
+    mem = report.memory
+    if mem is not None:
+        if mem.n:
+            out.append(f"peak memory of the {mem.n} rows whose notes state it: median |error| "
+                       f"{mem.median_abs_error_pct:.1f} %, median {mem.median_error_pct:+.1f} %, max |error| "
+                       f"{mem.max_abs_error_pct:.1f} % (flowsim's allocated bytes against the measured peak, "
+                       "torchtitan's max_memory_reserved)")
+        out.append(f"predicted not to fit in GPU memory: {mem.not_fitting} of {s.n} rows (every row ran)")
     if report.by_family:
         per_family = [{"source": fam, "n": x.n, "median_abs_error_pct": x.median_abs_error_pct,
                        "mape_pct": x.mape_pct, "p90_abs_error_pct": x.p90_abs_error_pct}
@@ -145,7 +164,9 @@ def validate(runs_csv, as_json, only_ids, report_dir, calibration, calibrate_on,
 
     Prints per row the predicted and measured seconds per optimizer step and the signed error, then the
     median, mean (MAPE) and 90th percentile of |error| and the Spearman rank correlation, overall and per
-    source, then every row that was not simulated with the reason (no measured step time, MoE, a GPU
+    source; the predicted against the measured peak memory of the rows whose notes state one ("peak mem X GiB";
+    "!" marks a row flowsim predicts does not fit) and how many rows are predicted not to fit; then every row
+    that was not simulated with the reason (no measured step time, MoE, a GPU
     without a spec, an empty or invalid field, a layout flowsim rejects). Empty cells filled with a
     default are listed per row under "assumed" (all of them, spelled out, in --json).
 

@@ -5,9 +5,9 @@ Model states follow Megatron-LM's mixed-precision accounting (docs/source/api-gu
 fp32 master weight plus Adam moments per parameter (18 bytes). The gradient buffer holds the reduce dtype
 (``grad_reduce_dtype``): Megatron-core's ``ParamAndGradBuffer`` allocates ``main_grad`` in fp32 only with
 ``grad_reduce_in_fp32``, else in the parameters' 16-bit dtype (megatron/core/distributed/
-distributed_data_parallel.py), so a bf16 reduction holds 2 bytes per parameter. The distributed optimizer / ZeRO-1 shards
-the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP the
-weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1). The parameters are those of the stage's
+distributed_data_parallel.py), so a bf16 reduction holds 2 bytes per parameter. The distributed optimizer /
+ZeRO-1 shards the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP
+the weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1). The parameters are those of the stage's
 layers (:func:`flowsim.model.workload.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
 1F1B's parameters (DeepSeek-V3 report, arXiv 2412.19437, Table 2).
 
@@ -17,6 +17,26 @@ never stores the ``5*a*s^2*b`` score terms, so flowsim counts the stored tensors
 (the table below reproduces 34 s*b*h for GPT-3 shapes: 4h MLP, multi-head attention, dropout). A stage
 holds them for the micro-batches its pipeline schedule keeps in flight at its peak
 (:func:`flowsim.step.schedule.held_microbatches`).
+
+What the caching allocator holds beside them, and what lies outside it:
+
+* FSDP2 (``fsdp_version`` 2) keeps no 16-bit shard: the sharded parameter stays in its fp32 dtype (it is the
+  optimizer's master weight) and ``MixedPrecisionPolicy.param_dtype`` applies only to the gathered, unsharded
+  weights (torch 2.13.0 ``distributed/fsdp/_fully_shard/_fsdp_param.py`` ``init_all_gather_outputs``), so a
+  fully sharded parameter holds 16 bytes (4 fp32 weight, 4 fp32 gradient, 8 Adam moments) over the shard group.
+  ZeRO-3 gathers two layers at a time (the one running and the one prefetched) and the root unit (the
+  embedding and the output layer, gathered through the head's forward and backward: torchtitan
+  ``apply_fsdp`` ``fully_shard(model)``). FSDP2 that reduces the gradients once per step (torchtitan with
+  pipeline parallelism: ``set_requires_gradient_sync(False)`` until the last micro-batch,
+  torch ``distributed/pipelining/stage.py``) accumulates the unsharded gradients in the reduce dtype
+  (``FSDPParam.to_accumulated_grad_if_needed``: fp32 when it differs from the 16-bit parameters).
+* The loss's buffers (:data:`LOSS_BYTES_PER_LOGIT`): ``F.cross_entropy(logits.float())`` holds three fp32
+  copies of the logits at the start of backward; Megatron's and the fused cross-entropies one fp32 softmax
+  beside the 16-bit logits.
+* Outside the allocator: the CUDA context and the kernels loaded into it (:data:`CUDA_CONTEXT_BYTES`).
+  :attr:`StageMemory.allocated_bytes` is what PyTorch's allocator hands out; ``torch.cuda.max_memory_reserved``
+  (torchtitan's ``memory: X GiB``) is at least that, by the caching allocator's unused cached blocks, which
+  are not modelled.
 """
 from __future__ import annotations
 
@@ -25,12 +45,13 @@ from dataclasses import dataclass
 from flowsim.config import SimConfig
 from flowsim.config.layout import chunks_per_stage, end_chunks, group_spans
 from flowsim.model import recompute
-from flowsim.model.fusion import ACT_BYTES, FP32_BYTES
+from flowsim.model.fusion import ACT_BYTES
+from flowsim.model.loss import cross_entropy_impl
 from flowsim.model.moe import expert_tokens
-from flowsim.model.workload import Workload, padded_vocab
-from flowsim.step.data_parallel import grad_reduce_bytes
+from flowsim.model.workload import Workload, layer_params, padded_vocab
+from flowsim.step.data_parallel import grad_reduce_bytes, layer_gather_bytes
 from flowsim.step.schedule import held_microbatches
-from flowsim.units import DTYPE_BYTES
+from flowsim.units import DTYPE_BYTES, MiB
 
 WEIGHT_BYTES = 2       # 16-bit model weights
 OPTIMIZER_BYTES = 12   # fp32 master weights + Adam first and second moments
@@ -39,6 +60,21 @@ FP8_WEIGHT_BYTES = 1   # Transformer Engine keeps an FP8 copy of each FP8 GEMM w
 # (above) and for FP4: 4-bit elements plus their block scales (flowsim.units.DTYPE_BYTES: NVFP4 one FP8 scale per
 # 16 elements, MXFP4 one E8M0 scale per 32, OCP MX spec v1.0 / NVIDIA NVFP4)
 LOW_PRECISION_WEIGHT_BYTES = {"fp8": FP8_WEIGHT_BYTES, "nvfp4": DTYPE_BYTES["nvfp4"], "mxfp4": DTYPE_BYTES["mxfp4"]}
+# Frameworks whose low-precision linears cast the weights at every call and keep no copy: torchtitan's torchao
+# Float8Linear (torchao float8/float8_linear.py: the weight is cast to float8 in each forward, per GEMM)
+CAST_PER_CALL_FRAMEWORKS = frozenset({"torchtitan"})
+
+# Bytes per logit the loss holds at its peak (the start of backward), by cross_entropy_impl (flowsim.model.loss):
+# fp32_upcast: F.cross_entropy(logits.float()) saves log_softmax's fp32 output (4); its backward allocates
+# nll_loss_backward's fp32 gradient (4, at::zeros_like of the input, aten/src/ATen/native/LossNLL.cpp) and then
+# _log_softmax_backward_data's fp32 result (4) before autograd releases the saved output (12; the forward peak,
+# 2-byte logits + fp32 copy + fp32 output, is 10). megatron / fused: the 16-bit logits (2) and the fp32 softmax
+# kept for backward (4), whose backward scales it in place (megatron-core 0.8.0 tensor_parallel/cross_entropy.py,
+# fusions/fused_cross_entropy.py).
+LOSS_BYTES_PER_LOGIT = {"fp32_upcast": 12.0, "megatron": 6.0, "fused": 6.0}
+# The CUDA context and the kernels loaded into it, outside PyTorch's caching allocator: a 1x1 tensor on the GPU
+# occupies 1343 MiB by nvidia-smi (Hugging Face transformers docs, "Model training anatomy", model_memory_anatomy.md)
+CUDA_CONTEXT_BYTES = 1343 * MiB
 
 
 @dataclass(frozen=True)
@@ -49,10 +85,17 @@ class StageMemory:
     gradients_bytes: float
     optimizer_bytes: float
     activations_bytes: float
+    runtime_bytes: float = 0.0  # outside the caching allocator: the CUDA context
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Bytes PyTorch's caching allocator hands out at the peak (``torch.cuda.max_memory_allocated``)."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
 
     @property
     def total_bytes(self) -> float:
-        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+        """Bytes of the GPU's memory in use at the peak: :attr:`allocated_bytes` plus :attr:`runtime_bytes`."""
+        return self.allocated_bytes + self.runtime_bytes
 
 
 def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str, ...]]]:
@@ -158,21 +201,32 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     edp = group_spans(t)["edp"][0]  # expert state is sharded over the expert-data-parallel ranks
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
 
-    def state(per_param, stage_from):
-        """Bytes of one per-parameter state, sharded when the ZeRO stage reaches ``stage_from``."""
-        return per_param * (params / (dp if zero >= stage_from else 1) + experts / (edp if zero >= stage_from else 1))
+    def state(dense, expert, stage_from):
+        """Bytes of per-GPU state of ``dense`` and ``expert`` bytes, sharded when the ZeRO stage reaches
+        ``stage_from``."""
+        return dense / (dp if zero >= stage_from else 1) + expert / (edp if zero >= stage_from else 1)
 
-    w = state(WEIGHT_BYTES, 3)
-    if wl.gemm_dtype in LOW_PRECISION_WEIGHT_BYTES:  # the quantised copy of the weights the GEMMs read
-        w += state(LOW_PRECISION_WEIGHT_BYTES[wl.gemm_dtype], 3)
+    layers, n_moe = int(wl.chunk_layers[stage].sum()), int(wl.chunk_moe_layers[stage].sum())
+    in_layers = (layers - n_moe) * layer_params(cfg) + n_moe * layer_params(cfg, moe=True)
+    outside = params - in_layers  # the embedding, the output layer and the final norm: always 16-bit
+    low = LOW_PRECISION_WEIGHT_BYTES.get(wl.gemm_dtype, 0.0) if t.framework not in CAST_PER_CALL_FRAMEWORKS else 0.0
+    fsdp2 = t.fsdp_version == 2 and zero >= 2
+    if fsdp2 and zero >= 3:  # no 16-bit shard: the fp32 shard is the master weight, counted with the optimizer
+        w = 0.0
+    elif t.fp8_param_gather:  # the layers' weights held in FP8 only (Transformer Engine fp8_model_init)
+        w = state(FP8_WEIGHT_BYTES * in_layers + WEIGHT_BYTES * outside, FP8_WEIGHT_BYTES * experts, 3)
+    else:  # 16-bit weights, and the quantised copy of the layers' weights the low-precision GEMMs read
+        w = state(WEIGHT_BYTES * params + low * in_layers, (WEIGHT_BYTES + low) * experts, 3)
     if zero >= 3:
-        # FSDP gathers one layer's weights at a time and prefetches the next (two full layers)
-        w += 2 * WEIGHT_BYTES * (params + experts) / max(int(wl.chunk_layers[stage].sum()), 1)
-    g = state(grad_reduce_bytes(t), 2)
-    o = state(OPTIMIZER_BYTES, 1)
+        # the gathered weights: two layers (running and prefetched) and the root unit (embedding, head)
+        running = min(2, layers) * (in_layers + experts) / max(layers, 1)
+        w += layer_gather_bytes(t) * running + WEIGHT_BYTES * outside
+    if fsdp2 and not t.overlap_grad_reduce:  # unsharded gradients accumulated in the reduce dtype
+        g = grad_reduce_bytes(t) * (params + experts)
+    else:
+        g = state(grad_reduce_bytes(t) * params, grad_reduce_bytes(t) * experts, 2)
+    o = state(OPTIMIZER_BYTES * params, OPTIMIZER_BYTES * experts, 1)
 
-    layers = int(wl.chunk_layers[stage].sum())
-    n_moe = int(wl.chunk_moe_layers[stage].sum())
     per_layer = layer_activation_bytes(cfg)
     if n_moe:  # average over the stage's dense and MoE layers
         per_layer = ((layers - n_moe) * per_layer + n_moe * layer_activation_bytes(cfg, moe=True)) / max(layers, 1)
@@ -187,5 +241,6 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     else:
         act = mb * layers * per_layer
     if any(s == stage for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]):
-        act += cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * (ACT_BYTES + FP32_BYTES)  # logits and fp32 softmax
-    return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act)
+        act += cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * LOSS_BYTES_PER_LOGIT[cross_entropy_impl(t)]
+    return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act,
+                       runtime_bytes=CUDA_CONTEXT_BYTES)
