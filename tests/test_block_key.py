@@ -143,3 +143,9 @@ def test_a_group_that_warns_is_priced_by_simulate():
     assert step_simulate.price_op_tables([cfg, broken]) == 0
     with pytest.warns(FlowsimWarning, match="no h100-sxm fp8 GEMM"):
         flowsim.simulate(cfg)
+
+
+def test_priming_stops_at_the_cache_size(space, monkeypatch):
+    _clear()
+    monkeypatch.setattr(step_simulate._OP_TIMES, "size", 3)
+    assert step_simulate.price_op_tables(space) == 3 and len(step_simulate._OP_TIMES) == 3

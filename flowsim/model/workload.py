@@ -558,8 +558,8 @@ _BLOCK_FREE = frozenset({
     "account_for_loss_in_pipeline_split", "pipeline_layer_split", "comm_engine", "p2p_sync", "pipeline_engine",
     "optimizer_impl", "grad_reduce_dtype", "pipeline_model_parallel_layout"})
 _BLOCK_VALUES = operator.attrgetter(*(f.name for f in dataclasses.fields(TrainingConfig) if f.name not in _BLOCK_FREE))
-# Blocks (layer, MoE layer, embedding, head) and their op tables, by block_key; 1,024 kept (~10 KB each; a tune of
-# gpt3-175b on 1,024 GPUs has 504 keys).
+# Blocks (layer, MoE layer, embedding, head) and their op tables, by block_key; 1,024 kept (~30 KB each with the
+# table's DataFrame; a tune of gpt3-175b on 1,024 GPUs has 504 keys).
 _BLOCKS = BoundedCache(1024)
 _OP_TABLES = BoundedCache(1024)
 

@@ -133,7 +133,8 @@ def price_op_tables(configs) -> int:
     block key) priced together instead of one call each. The kernel model prices row by row, so each table's
     seconds are those of its own call (tests/test_block_key.py compares). A group whose call warns or raises is
     left to :func:`simulate`, which prices each of its tables alone (the warnings and errors belong to each);
-    so is a config whose GPU or workload cannot be had. Returns the number of tables priced."""
+    so is a config whose GPU or workload cannot be had, and every table past the cache's size (the first ones
+    in ``configs`` order are kept). Returns the number of tables priced."""
     import pandas as pd
 
     todo: dict = {}
@@ -148,6 +149,8 @@ def price_op_tables(configs) -> int:
                 gpu_stack = stacks[where] = (gpu, _kernel_stack(cfg, gpu))
             key = (block_key(cfg),) + gpu_stack
             if key not in todo and key not in _OP_TIMES:
+                if len(todo) == _OP_TIMES.size:
+                    break
                 todo[key] = build_workload(cfg)
         except Exception:  # noqa: BLE001 -- an optimisation pass: simulate raises it for that config
             continue
