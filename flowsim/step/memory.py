@@ -30,9 +30,10 @@ What the caching allocator holds beside them, and what lies outside it:
   pipeline parallelism: ``set_requires_gradient_sync(False)`` until the last micro-batch,
   torch ``distributed/pipelining/stage.py``) accumulates the unsharded gradients in the reduce dtype
   (``FSDPParam.to_accumulated_grad_if_needed``: fp32 when it differs from the 16-bit parameters).
-* The loss's buffers (:data:`LOSS_BYTES_PER_LOGIT`): ``F.cross_entropy(logits.float())`` holds three fp32
-  copies of the logits at the start of backward; Megatron's and the fused cross-entropies one fp32 softmax
-  beside the 16-bit logits.
+* The loss's buffers (:func:`loss_bytes_per_logit`): ``F.cross_entropy(logits.float())`` holds three fp32
+  copies of the logits at the start of backward (four on vocab-sharded DTensor logits); Megatron's and the fused
+  cross-entropies one fp32 softmax beside the 16-bit logits; torchtitan's compiled loss the 16-bit logits and
+  their 16-bit gradient.
 * Outside the allocator: the CUDA context and the kernels loaded into it (:data:`CUDA_CONTEXT_BYTES`).
   :attr:`StageMemory.allocated_bytes` is what PyTorch's allocator hands out; ``torch.cuda.max_memory_reserved``
   (torchtitan's ``memory: X GiB``) is at least that, by the caching allocator's unused cached blocks, which
@@ -72,6 +73,16 @@ CAST_PER_CALL_FRAMEWORKS = frozenset({"torchtitan"})
 # kept for backward (4), whose backward scales it in place (megatron-core 0.8.0 tensor_parallel/cross_entropy.py,
 # fusions/fused_cross_entropy.py).
 LOSS_BYTES_PER_LOGIT = {"fp32_upcast": 12.0, "megatron": 6.0, "fused": 6.0}
+# F.cross_entropy(logits.float()) on vocab-sharded DTensor logits (PyTorch's loss_parallel, torchtitan with TP; torch
+# 2.13.0 distributed/tensor/parallel/loss.py): _log_softmax holds the fp32 input, x - max, exp(x - max) and the
+# result beside the 16-bit logits (14); _nll_loss_and_log_softmax_backward the saved fp32 output, zeros_like(x),
+# grad_input + exp(x) and its product with the loss gradient at once (16)
+LOSS_PARALLEL_BYTES_PER_LOGIT = 16.0
+# torchtitan compiles its loss with the model (torchtitan 0.1.0 components/loss.py build_cross_entropy_loss:
+# torch.compile(loss_fn) with training.compile): Inductor's fused kernels keep the 16-bit logits and per-token
+# max and log-sum-exp, and write the 16-bit gradient (2 + 2)
+COMPILED_LOSS_BYTES_PER_LOGIT = 4.0
+COMPILED_LOSS_FRAMEWORKS = frozenset({"torchtitan"})
 # The CUDA context and the kernels loaded into it, outside PyTorch's caching allocator: a 1x1 tensor on the GPU
 # occupies 1343 MiB by nvidia-smi (Hugging Face transformers docs, "Model training anatomy", model_memory_anatomy.md)
 CUDA_CONTEXT_BYTES = 1343 * MiB
@@ -180,6 +191,18 @@ def _op_sac_bytes(cfg: SimConfig) -> float:
     return ACT_BYTES * sb * (m.hidden_size / spf + saved + a * d / tp)
 
 
+def loss_bytes_per_logit(t) -> float:
+    """Bytes per logit (of the GPU's vocabulary shard) the loss holds at its peak: by ``cross_entropy_impl``
+    (:data:`LOSS_BYTES_PER_LOGIT`), PyTorch's loss_parallel for ``fp32_upcast`` with tensor parallelism, and the
+    compiled loss of the frameworks that compile it with fused kernels."""
+    impl = cross_entropy_impl(t)
+    if impl == "fp32_upcast" and t.tp > 1:
+        return LOSS_PARALLEL_BYTES_PER_LOGIT
+    if impl == "fused" and t.framework in COMPILED_LOSS_FRAMEWORKS:
+        return COMPILED_LOSS_BYTES_PER_LOGIT
+    return LOSS_BYTES_PER_LOGIT[impl]
+
+
 def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
     """Micro-batches (through all of the stage's chunks) whose activations one GPU of ``stage`` holds at
     the peak, counted along its schedule's execution order (:func:`flowsim.step.schedule.held_microbatches`).
@@ -241,6 +264,6 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
     else:
         act = mb * layers * per_layer
     if any(s == stage for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]):
-        act += cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * LOSS_BYTES_PER_LOGIT[cross_entropy_impl(t)]
+        act += cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * loss_bytes_per_logit(t)
     return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act,
                        runtime_bytes=CUDA_CONTEXT_BYTES)
