@@ -11,7 +11,7 @@ from flowsim.cli import main
 from flowsim.config import build_config
 from flowsim.model.workload import build_workload, layer_params, padded_vocab
 from flowsim.step.memory import (CUDA_CONTEXT_BYTES, LOSS_BYTES_PER_LOGIT, LOSS_PARALLEL_BYTES_PER_LOGIT,
-                                 loss_bytes_per_logit, stage_memory)
+                                 layer_activation_bytes, loss_bytes_per_logit, stage_memory)
 from flowsim.units import GiB, MiB
 from flowsim.validation.runs import measured_peak_memory_gib, validate_runs
 
@@ -90,6 +90,16 @@ def test_fp8_weight_copies_by_implementation():
     assert torchao.weights_bytes == pytest.approx(bf16.weights_bytes)
     _, _, fp8_params = memory(dp=8, distributed_optimizer=True, precision="fp8", fp8_param_gather=True)
     assert fp8_params.weights_bytes == pytest.approx(bf16.weights_bytes - in_layers)
+
+
+def test_low_precision_linears_save_quantised_inputs():
+    # Transformer Engine saves the FP8 cast of each linear layer's input (1 byte, not 2): the two norm outputs and
+    # the activation output shrink; the attention output stays 16-bit for the attention kernel and gains the FP8
+    # copy the output projection saves. Korthikanti's GPT-3 layer: 34 s b h / t -> (34 - 2 - 4 + 1) s b h / t
+    kw = dict(model="gpt3-175b", cluster="dgx-h100", gpus=64, tp=8, pp=8, gbs=8, mbs=1, sp=True)
+    s, h, t = 2048, 12288, 8
+    assert layer_activation_bytes(build_config(**kw, precision="fp8")) == pytest.approx(29 * s * h / t, rel=1e-12)
+    assert layer_activation_bytes(build_config(**kw)) == pytest.approx(34 * s * h / t, rel=1e-12)
 
 
 def test_measured_peak_is_read_from_the_notes():

@@ -120,30 +120,35 @@ def _activation_parts(cfg: SimConfig, moe: bool) -> list[tuple[float, tuple[str,
     spf = tp if t.sequence_parallel else 1       # norms, dropout masks and residual-path tensors
     d, a, g, f = m.kv_channels, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
     drop = 1 if m.hidden_dropout > 0 else 0
+    # a linear layer's saved input: quantised under a low-precision recipe (Transformer Engine 1.11 Linear /
+    # LayerNormLinear / LayerNormMLP save the FP8 cast of their input, or of the norm output the fused norm writes
+    # in FP8, for the weight gradient; torchao's Float8Linear its float8 input), else 16-bit
+    q = DTYPE_BYTES[t.linear_dtype] if t.linear_dtype in LOW_PRECISION_WEIGHT_BYTES else ACT_BYTES
     parts = [
         (2 * ACT_BYTES * sbh / spf, ()),                     # inputs of the two norms
-        (ACT_BYTES * sbh / spf, ("layernorm",)),              # input norm output = QKV input (SP keeps shards)
+        (q * sbh / spf, ("layernorm",)),                      # input norm output = QKV input (SP keeps shards)
         (ACT_BYTES * sb * (a + 2 * g) * d / tp, ()),          # q, k, v kept by the attention kernel
-        (ACT_BYTES * sb * a * d / tp, ()),                    # attention output = attn_out GEMM input
+        (ACT_BYTES * sb * a * d / tp, ()),                    # attention output, kept by the attention kernel
+        ((q if q != ACT_BYTES else 0) * sb * a * d / tp, ()),  # ... and its quantised copy, attn_out's input
         (2 * drop * sbh / spf, ()),                           # two 1-byte dropout masks
     ]
     if moe:
         _, per_expert = expert_tokens(cfg, sb)
         routed = per_expert * m.num_moe_experts / t.ep  # tokens through this GPU's experts
         etp, fe = t.expert_tensor_parallel_size, m.moe_ffn_hidden_size
-        parts += [(ACT_BYTES * routed * m.hidden_size, ("moe",)),                         # permuted tokens
+        parts += [(q * routed * m.hidden_size, ("moe",)),                                 # permuted tokens
                   (ACT_BYTES * routed * fe * (2 if m.gated else 1) / etp, ("moe",)),      # expert fc1 output
-                  (ACT_BYTES * routed * fe / etp, ("moe", "moe_act"))]                    # expert activation
+                  (q * routed * fe / etp, ("moe", "moe_act"))]                            # expert activation
         fs = m.moe_shared_expert_intermediate_size
         if fs:
             shared = ("moe", "shared_experts")
-            parts += [(ACT_BYTES * sbh / spf, ("layernorm",)),                            # shared fc1 input
+            parts += [(q * sbh / spf, ("layernorm",)),                                    # shared fc1 input
                       (ACT_BYTES * sb * fs * (2 if m.gated else 1) / tp, shared),
-                      (ACT_BYTES * sb * fs / tp, shared)]
+                      (q * sb * fs / tp, shared)]
     else:
-        parts += [(ACT_BYTES * sbh / spf, ("layernorm",)),              # MLP norm output = fc1 input
+        parts += [(q * sbh / spf, ("layernorm",)),                      # MLP norm output = fc1 input
                   (ACT_BYTES * sb * f * (2 if m.gated else 1) / tp, ("mlp",)),  # fc1 output
-                  (ACT_BYTES * sb * f / tp, ("mlp",))]                  # activation output = fc2 input
+                  (q * sb * f / tp, ("mlp",))]                          # activation output = fc2 input
     if not t.use_flash_attn:
         # stored scores: softmax output (2 bytes), and with attention dropout its mask (1) and output (2): up to
         # 5 a s^2 b / t (Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.1)
