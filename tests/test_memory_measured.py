@@ -102,6 +102,14 @@ def test_low_precision_linears_save_quantised_inputs():
     assert layer_activation_bytes(build_config(**kw)) == pytest.approx(34 * s * h / t, rel=1e-12)
 
 
+def test_torchtitan_op_sac_keeps_the_odd_matmuls_and_attention():
+    # torchtitan's op policy (_save_list: aten.mm outputs but every second, SDPA outputs): Llama 3 8B keeps the block
+    # input, wq and wv outputs, the attention output, w1's and w2's outputs: 4h + g d + f elements per token
+    cfg = build_config(**BASE, dp=8, recompute="selective", selective_ac_option="op", framework="torchtitan")
+    h, f, gd = 4096, 14336, 8 * 128
+    assert layer_activation_bytes(cfg) == pytest.approx(2 * cfg.microbatch_tokens * (4 * h + gd + f), rel=1e-12)
+
+
 def test_measured_peak_is_read_from_the_notes():
     assert measured_peak_memory_gib({"notes": "x. source notes: peak mem 82.4 GiB. eager."}) == 82.4
     assert measured_peak_memory_gib({"notes": "source notes: peak mem 47.96 GiB"}) == 47.96
