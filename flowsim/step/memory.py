@@ -168,8 +168,9 @@ def layer_activation_bytes(cfg: SimConfig, moe: bool = False, recomputed: bool =
     :func:`stage_memory` (it keeps only the layer inputs).
 
     With FlashAttention there are no s^2 terms; unfused attention adds Korthikanti et al.'s 5 a s^2 b / t
-    unless the core attention is recomputed. For GPT-3 shapes (f = 4h, g = a, dropout) and sequence
-    parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``.
+    unless the core attention is recomputed. For GPT-3 shapes (f = 4h, g = a, dropout), 16-bit linears and
+    sequence parallelism this equals Korthikanti et al.'s ``34 * s * b * h / t``; low-precision linears save their
+    inputs quantised (``29 * s * b * h / t`` under FP8).
     """
     t = cfg.training
     parts = _activation_parts(cfg, moe)
