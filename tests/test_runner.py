@@ -36,7 +36,8 @@ def test_config_key_is_the_hash_of_the_whole_config_json(configs):
     assert config_key(flowsim.build_config(JOB, tp=2)) == _reference_key(flowsim.build_config(JOB, tp=2))
     import dataclasses
     base = flowsim.build_config(JOB)
-    for value in (0.0, -0.0, float("nan"), 1, True, 1.0, "1", None):  # equal values, different JSON
+    values = (0.0, -0.0, float("nan"), 1, True, 1.0, "1", None, [1, 2], (1, 2), (1.0, 2), (True, 2), (-0.0,), (0.0,))
+    for value in values + values:  # equal values with different JSON, each seen twice (the second from the cache)
         cfg = dataclasses.replace(base, cluster=dataclasses.replace(base.cluster, nic_latency_s=value),
                                   training=dataclasses.replace(base.training, bucket_size_bytes=value))
         assert config_key(cfg) == _reference_key(cfg), value
@@ -77,6 +78,17 @@ def test_runner_equals_a_plain_simulate_loop(tmp_path, configs, jobs):
                                    json.dumps(d, sort_keys=True, default=str)]
     ranked = sorted((o.point for o in report.outcomes if o.point is not None), key=rank_key)
     assert [p.key for p in ranked] == [p.key for p in sorted(expected_fit.values(), key=rank_key)]
+
+
+def test_layout_to_dict_is_asdict(configs):
+    import dataclasses
+
+    from flowsim.explore.space import Layout
+
+    for cfg in configs[::11]:
+        layout = Layout.of(cfg)
+        assert layout.to_dict() == dataclasses.asdict(layout) and list(layout.to_dict()) == list(
+            dataclasses.asdict(layout))
 
 
 def test_replaced_equals_dataclasses_replace(configs):

@@ -37,23 +37,33 @@ _SECTION_JSON: dict = {}
 _SECTION_JSON_SIZE = 64
 
 
-# '"name": <value JSON>' of a field, by (name, type, value), for the values whose JSON their type and equality fix
-# (not 0.0, equal to -0.0; not NaN): the configs of a tune differ in a few of their ~50 training fields
+# '"name": <value JSON>' of a field, by _item_key, for the values whose JSON the key fixes (atoms and tuples of
+# atoms other than NaN): the configs of a tune differ in a few of their ~50 training fields
 _ITEM_JSON: dict = {}
 _ITEM_JSON_SIZE = 1 << 16
 _EXACT_TYPES = (str, int, bool, type(None))
 _FIELD_NAMES: dict = {}  # a section class's field names, sorted
 
 
+def _item_key(name: str, value) -> tuple:
+    """The key of a field's text: name, type and value, and what equality leaves out of the value's JSON: a float
+    zero's sign (0.0 == -0.0), a tuple's element types ((1, 2) == (1.0, 2))."""
+    t = type(value)
+    if t is tuple:
+        return name, t, value, tuple(map(type, value))
+    return (name, t, value) if t is not float or value else (name, t, value, str(value))
+
+
 def _item_json(name: str, value) -> str:
-    """``'"name": <value JSON>'``, kept when the value's type and equality fix its JSON (so that a lookup by an
-    equal key can only find the same text)."""
+    """``'"name": <value JSON>'``, kept when its key fixes it (so that a lookup by an equal key can only find the
+    same text): a str, int, bool or None, a float other than NaN, a tuple of str, int, bool or None."""
     text = f"{json.dumps(name)}: {json.dumps(value, default=str)}"
     t = type(value)
-    if t in _EXACT_TYPES or (t is float and value != 0.0 and value == value):
+    if (t in _EXACT_TYPES or (t is float and value == value)
+            or (t is tuple and all(type(x) in _EXACT_TYPES for x in value))):
         if len(_ITEM_JSON) >= _ITEM_JSON_SIZE:
             _ITEM_JSON.clear()
-        _ITEM_JSON[(name, t, value)] = text
+        _ITEM_JSON[_item_key(name, value)] = text
     return text
 
 
@@ -64,12 +74,19 @@ def _section_json(obj) -> str:
     names = _FIELD_NAMES.get(type(obj))
     if names is None:
         names = _FIELD_NAMES[type(obj)] = tuple(sorted(f.name for f in dataclasses.fields(obj)))
-    values = [getattr(obj, n) for n in names]
-    if not all(isinstance(v, _ATOMS) or (type(v) is tuple and all(isinstance(x, _ATOMS) for x in v))
-               for v in values):
-        return json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)
-    get = _ITEM_JSON.get
-    return "{" + ", ".join([get((n, type(v), v)) or _item_json(n, v) for n, v in zip(names, values)]) + "}"
+    get, items = _ITEM_JSON.get, []
+    for n in names:
+        v = getattr(obj, n)
+        try:
+            text = get(_item_key(n, v))  # a hit is an atom or a tuple of atoms: only those are kept
+        except TypeError:  # unhashable: a list or a mapping
+            text = None
+        if text is None:
+            if not (isinstance(v, _ATOMS) or (type(v) is tuple and all(isinstance(x, _ATOMS) for x in v))):
+                return json.dumps(dataclasses.asdict(obj), sort_keys=True, default=str)
+            text = _item_json(n, v)
+        items.append(text)
+    return "{" + ", ".join(items) + "}"
 
 
 def _shared_section_json(obj) -> str:

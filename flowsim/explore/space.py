@@ -88,8 +88,8 @@ class Layout:
                    mbs=t.micro_batch_size, recompute=t.recompute_granularity, zero=zero, schedule=t.schedule)
 
     def to_dict(self) -> dict:
-        """Plain mapping of the fields."""
-        return dataclasses.asdict(self)
+        """Plain mapping of the fields (atoms: ``dataclasses.asdict`` without its deep copy)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def overrides(self) -> dict:
         """Config keys (aliases accepted by :func:`flowsim.build_config`) that select this layout."""
