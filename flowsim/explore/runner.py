@@ -3,7 +3,9 @@
 :func:`run_configs` splits the configs into batches, skips those whose key the results store already
 holds (and, without re-checking, those it recorded as not fitting in memory), runs
 :func:`flowsim.explore.point.evaluate` on the rest, and commits each finished batch to the store in one
-transaction as it arrives, so an interrupted run loses at most the batches in flight.
+transaction as it arrives, so an interrupted run loses at most the batches in flight. A fresh local run first
+prices the configs' distinct op tables together (:func:`flowsim.step.simulate.price_op_tables`), before the pool
+forks, so no worker prices a table alone.
 """
 from __future__ import annotations
 
