@@ -149,7 +149,8 @@ class Result:
     config : dict
         The resolved configuration that produced this result.
     memory_detail : dict
-        Bytes of weights, gradients, optimizer states and activations on the most loaded GPU.
+        Bytes of weights, gradients, optimizer states, activations and the runtime outside the caching allocator
+        (the CUDA context) on the most loaded GPU; they sum to ``memory_bytes_per_gpu``.
     timeline : StepTimeline or None
         The per-stage schedule and per-pass op sequence, for trace export (:mod:`flowsim.export.trace`).
     """

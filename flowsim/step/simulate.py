@@ -389,7 +389,8 @@ def _result(cfg, gpu, wl, comms, ps, run, step, mems, stages, timeline, hardware
         memory_capacity_bytes=gpu.hbm_bytes, fits_memory=bool(mem_peak <= gpu.hbm_bytes), stages=stages,
         collectives=_choices(comms), config=_config_dict(cfg),
         memory_detail={"weights": worst.weights_bytes, "gradients": worst.gradients_bytes,
-                       "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes},
+                       "optimizer": worst.optimizer_bytes, "activations": worst.activations_bytes,
+                       "runtime": worst.runtime_bytes},
         timeline=timeline)
 
 
