@@ -25,6 +25,9 @@ Columns and the config keys they set (``data/pipeline_profiles.csv`` holds the l
 * ``cp_comm_type`` (``p2p``, ``all_gather``: Transformer Engine's context parallelism; ``torch``: PyTorch's);
 * ``tp_overlap_impl`` (``userbuffers``: Transformer Engine; ``symm_mem``: PyTorch's async TP);
 * ``flash_attn_unpad`` (0/1): FlashAttention on unpadded copies of q, k, v (llm-foundry's ``flash_attn_fn``);
+* ``fused_qkv``, ``fused_gate_up`` (0/1): one GEMM for the q, k, v projections / a gated MLP's gate and up
+  projections (empty: flowsim's default, fused as Megatron-LM runs them), or separate linear layers;
+* ``fp8_tp_gather`` (0/1): torchao's float8 tensor parallelism (FP8 sequence-parallel all-gathers, tensorwise);
 * ``p2p_sync`` (``off``, ``on``, ``batched``): the CPU waits for the GPU at every pipeline send and receive;
 * ``pipeline_engine`` (``megatron``, ``deepspeed``, ``deepspeed-0.6``): what runs the pipeline schedule.
 """
@@ -61,6 +64,9 @@ PROFILE_KEYS = {
     "cp_comm_type": ("training", "cp_comm_type", str),
     "tp_overlap_impl": ("training", "tp_overlap_impl", str),
     "flash_attn_unpad": ("training", "flash_attn_unpad", lambda v: bool(int(v))),
+    "fused_qkv": ("training", "fused_qkv", lambda v: bool(int(v))),
+    "fused_gate_up": ("training", "fused_gate_up", lambda v: bool(int(v))),
+    "fp8_tp_gather": ("training", "fp8_tp_gather", lambda v: bool(int(v))),
 }
 """Profile columns -> (config section, key, conversion of a non-empty cell)."""
 

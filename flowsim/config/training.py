@@ -196,6 +196,18 @@ class TrainingConfig:
         FlashAttention called through its variable-length API on unpadded tokens (llm-foundry's ``flash_attn_fn``):
         q, k and v gathered into unpadded copies and the output scattered back, each way
         (:func:`flowsim.model.ops.unpad_rows`); no effect on unfused attention.
+    fused_qkv, fused_gate_up : bool
+        The query, key and value projections run as one GEMM (Megatron-LM's ``linear_qkv``; default), and a gated
+        MLP's gate and up projections as one (``linear_fc1`` of twice the width; default). False: separate
+        ``nn.Linear`` modules reading the same input (torchtitan's ``wq``/``wk``/``wv`` and ``w1``/``w3``), each
+        with its own forward, input- and weight-gradient GEMMs, and autograd summing their input gradients
+        (:func:`flowsim.model.ops.split_linears`).
+    fp8_tp_gather : bool
+        torchao's float8 tensor parallelism (``Float8ColwiseParallel`` / ``Float8RowwiseParallel`` /
+        ``PrepareFloat8ModuleInput``, torchtitan with ``precision: fp8``, ``fp8_recipe: tensorwise`` and sequence
+        parallelism): the block inputs are cast to FP8 on their sequence shard and all-gathered in FP8, and the
+        output gradients cast to FP8 before their all-gather (1 byte per element); the reduce-scatters stay 16-bit.
+        No effect for other recipes (torchtitan runs plain TP with rowwise scaling). Default off.
     overlap_comm_sms : int
         SMs a collective holds while it runs beside compute, slowing that compute to ``1 - sms / SM count`` of
         its speed (:func:`flowsim.step.overlap.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for
@@ -298,6 +310,9 @@ class TrainingConfig:
     overlap_moe_expert_parallel_comm: bool = False
     use_flash_attn: bool = True
     flash_attn_unpad: bool = False
+    fused_qkv: bool = True
+    fused_gate_up: bool = True
+    fp8_tp_gather: bool = False
     kernel_fusion: str = "fused"
     overlap_comm_sms: int = 0
     framework: str = ""

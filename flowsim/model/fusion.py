@@ -102,6 +102,19 @@ def traffic(step: str, fusion: str) -> Traffic:
     return _TABLES[fusion][step]
 
 
+# Summing the input gradients of n linear layers that read one tensor (split projections: torchtitan's wq/wk/wv,
+# w1/w3; flowsim.model.ops.split_linears), bytes per element of that tensor. Eager: autograd's InputBuffer adds each
+# later gradient into the first (torch/csrc/autograd/input_buffer.cpp ``accumulate``: ``add_`` in place, or ``+``),
+# n - 1 adds reading two 16-bit tensors and writing one. Compiled (Inductor): the backward graph's sum is one pointwise
+# kernel reading the n gradients and writing their sum.
+def input_grad_sum_bytes(n: int, fusion: str) -> float:
+    """Bytes per input element of summing the input gradients of ``n`` linear layers that share the input
+    (comment above), under ``fusion`` (``eager``: autograd's adds; ``fused``: one compiled kernel); 0 for one."""
+    if n < 2:
+        return 0.0
+    return 3 * ACT_BYTES * (n - 1) if fusion == "eager" else ACT_BYTES * (n + 1)
+
+
 def activation_step(activation: str) -> str:
     """Table key of an MLP activation: gated ones (``swiglu``, ``geglu``) move like ``swiglu``."""
     return "swiglu" if activation in ("swiglu", "geglu") else "gelu"

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from flowsim.model.fusion import ACT_BYTES, traffic
+from flowsim.model.fusion import ACT_BYTES, input_grad_sum_bytes, traffic
 from flowsim.units import DTYPE_BYTES
 
 # Transformer Engine FP8 recipe (TE docs, "Using FP8 with Transformer Engine"): the input of every FP8
@@ -114,34 +114,85 @@ def wgrad_gemm(name, n_in, n_out, tokens, dtype, count=1):
     return row
 
 
-def linear(rows, name, tokens, n_out, k_in, dtype, recompute):
-    """Forward, input-gradient and weight-gradient GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W``."""
+def linear(rows, name, tokens, n_out, k_in, dtype, recompute, cast_input=True):
+    """Forward, input-gradient and weight-gradient GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W`` and their
+    quantisation kernels (:func:`quantize`; ``cast_input`` False: ``X`` arrives quantised already)."""
     rows.append(gemm(f"{name}", tokens, n_out, k_in, dtype, "fwd"))
     rows.append(gemm(f"{name}.dgrad", tokens, k_in, n_out, dtype, "bwd"))
     rows.append(gemm(f"{name}.wgrad", k_in, n_out, tokens, dtype, "bwd"))
     if recompute:
         rows.append(gemm(f"{name}", tokens, n_out, k_in, dtype, "recompute"))
-    quantize(rows, name, tokens, n_out, k_in, dtype, recompute)
+    quantize(rows, name, tokens, n_out, k_in if cast_input else 0, dtype, recompute)
+
+
+def split_linears(rows, names, n_outs, tokens, k_in, dtype, recompute, fusion) -> None:
+    """Separate linear layers ``Y_i[tokens, n_outs[i]] = X[tokens, k_in] W_i`` reading one input (``fused_qkv`` /
+    ``fused_gate_up`` off: torchtitan's ``wq``/``wk``/``wv`` and ``w1``/``w3``, torchtitan 0.1.0
+    models/llama3/model/model.py:140-144,232-234): each its own forward, input- and weight-gradient GEMMs
+    (:func:`linear`, each tiled and wave-quantised on its own shape), then autograd's sum of their input gradients
+    (``<first name>.dgrad_sum``, :func:`flowsim.model.fusion.input_grad_sum_bytes`). Under low precision each
+    eager layer quantises ``X`` itself (torchao ``Float8Linear`` casts its input per call); a compiled graph
+    (``fusion`` ``fused``) keeps one of the identical casts (AOTAutograd's common-subexpression pass,
+    ``torch._functorch.config.cse``), so only the first layer's input cast and transpose are priced."""
+    for i, (name, n_out) in enumerate(zip(names, n_outs)):
+        linear(rows, name, tokens, n_out, k_in, dtype, recompute, cast_input=i == 0 or fusion == "eager")
+    rows.append(memory(f"{names[0]}.dgrad_sum", tokens * k_in * input_grad_sum_bytes(len(names), fusion), "bwd"))
 
 
 def quantize(rows, name, tokens, n_out, k_in, dtype, recompute):
     """Quantisation kernels of the low-precision GEMMs of ``Y[tokens, n_out] = X[tokens, k_in] W`` (none for
     16-bit): the input cast in forward (again with ``recompute``), the output-gradient cast and the transposes
-    (FP8) or quantised copies (FP4) the gradient GEMMs read in backward."""
+    (FP8) or quantised copies (FP4) the gradient GEMMs read in backward. ``k_in`` 0: the input's kernels are
+    another layer's (:func:`split_linears`)."""
     if dtype == "fp8":
-        rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "fwd"))
+        if k_in:
+            rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "fwd"))
         rows.append(memory(f"{name}.cast_grad", tokens * n_out * FP8_CAST_BYTES_PER_ELEM, "bwd"))
         rows.append(memory(f"{name}.transpose", (tokens * k_in + tokens * n_out) * FP8_TRANSPOSE_BYTES_PER_ELEM,
                            "bwd"))
-        if recompute:
+        if recompute and k_in:
             rows.append(memory(f"{name}.cast_in", tokens * k_in * FP8_CAST_BYTES_PER_ELEM, "recompute"))
     elif dtype in FP4_DTYPES:
         quant = ACT_BYTES + DTYPE_BYTES[dtype]
-        rows.append(memory(f"{name}.quant_in", tokens * k_in * quant, "fwd"))
+        if k_in:
+            rows.append(memory(f"{name}.quant_in", tokens * k_in * quant, "fwd"))
         rows.append(memory(f"{name}.quant_grad", tokens * n_out * quant, "bwd"))
         rows.append(memory(f"{name}.quant_wgrad", (tokens * k_in + tokens * n_out) * quant, "bwd"))
-        if recompute:
+        if recompute and k_in:
             rows.append(memory(f"{name}.quant_in", tokens * k_in * quant, "recompute"))
+
+
+# torchao's float8 tensor parallelism (torchao 0.7.0 and 0.11.0 float8/float8_tensor_parallel.py; torchtitan 0.1.0
+# models/llama3/infra/parallelize.py:56-65,151-166 applies it with tensorwise scaling only, plain TP with rowwise):
+# ``PrepareFloat8ModuleInput`` casts a block's sequence-sharded input to FP8 (``hp_tensor_to_float8_dynamic``)
+# before ``redistribute`` gathers it, so the gather moves 1 byte per element and the column-parallel layers get the
+# gathered FP8 tensor (``tensor_already_casted_to_fp8``: no cast of their own); ``Float8RowwiseParallel``'s output
+# hook (``NoopFwToFloat8E5M2BwDynamic`` after the reduce-scatter) casts the output gradient on its sequence shard,
+# before the backward's all-gather, again 1 byte per element. The reduce-scatters move the 16-bit partial sums and
+# the column-parallel input gradients.
+FP8_GATHER_BYTES_PER_ELEM = DTYPE_BYTES["fp8"]
+
+
+def float8_tp_casts(rows, col_groups, row_names, tp) -> None:
+    """Re-price, in place, the FP8 casts around the tensor-parallel linears as torchao's float8 TP runs them (comment
+    above): per column-parallel group (``+``-joined names reading one gathered input) one input cast, of the
+    ``1 / tp`` sequence shard, instead of each layer's cast of the whole gathered input; each row-parallel layer's
+    output-gradient cast (``row_names``) on its shard."""
+    drop = []
+    for group in col_groups:
+        first, *rest = group.split("+")
+        for i, r in enumerate(rows):
+            if r["kind"] != "memory":
+                continue
+            if r["name"] == f"{first}.cast_in":
+                rows[i] = dict(r, bytes=r["bytes"] / tp)
+            elif r["name"] in {f"{n}.cast_in" for n in rest}:
+                drop.append(i)
+    for i, r in enumerate(rows):
+        if r["kind"] == "memory" and r["name"] in {f"{n}.cast_grad" for n in row_names}:
+            rows[i] = dict(r, bytes=r["bytes"] / tp)
+    for i in reversed(drop):
+        del rows[i]
 
 
 def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:

@@ -37,8 +37,9 @@ from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step, torch_c
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.memo import BoundedCache
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
-from flowsim.model.ops import (COMPUTE_COLUMNS, OpSet, apply_fp8_recipe, attention, comm, elementwise, finish, gemm,
-                               linear, memory, split_pipelined_gemms, symm_mem_tp, unfused_attention, unpad_rows)
+from flowsim.model.ops import (COMPUTE_COLUMNS, FP8_GATHER_BYTES_PER_ELEM, OpSet, apply_fp8_recipe, attention, comm,
+                               elementwise, finish, float8_tp_casts, gemm, linear, memory, split_linears,
+                               split_pipelined_gemms, symm_mem_tp, unfused_attention, unpad_rows)
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -120,7 +121,7 @@ class Workload:
         return frame, spans, arrays
 
 
-def _tp_comms(comms, tp, sp, act_bytes, phase, col, row):
+def _tp_comms(comms, tp, sp, act_bytes, phase, col, row, gather_bytes=None):
     """Collectives around one column-parallel -> row-parallel pair (attention or MLP), one direction.
 
     ``col`` / ``row``: names of the pair's column- and row-parallel GEMMs (``+``-joined when several read one
@@ -131,21 +132,24 @@ def _tp_comms(comms, tp, sp, act_bytes, phase, col, row):
     the column-parallel input gradient beside the column-parallel weight-gradient GEMM (Transformer Engine's
     ``bulk`` overlap of ``qkv_dgrad`` / ``fc1_dgrad`` in transformer_engine/pytorch/module/base.py
     ``initialize_ub``; PyTorch's async TP pipelines it with the input-gradient GEMM, of the same size, whose time
-    the saved input's all-gather already overlaps).
+    the saved input's all-gather already overlaps). ``gather_bytes``: the all-gathers' size when they move FP8
+    (``fp8_tp_gather``: torchao's float8 TP, :data:`flowsim.model.ops.FP8_GATHER_BYTES_PER_ELEM`), else
+    ``act_bytes``.
     """
     if tp == 1:
         return
+    gather = act_bytes if gather_bytes is None else gather_bytes
     if sp:
         def of(names, suffix):
             return "+".join(f"{n}.{suffix}" for n in names.split("+"))
 
         if phase in ("fwd", "recompute"):
-            comms.append(comm("tp", "allgather", act_bytes, phase, overlap=f"gemm:{col}"))      # gather the shards
+            comms.append(comm("tp", "allgather", gather, phase, overlap=f"gemm:{col}"))      # gather the shards
             comms.append(comm("tp", "reducescatter", act_bytes, phase, overlap=f"gemm:{row}"))  # row-parallel out
         else:
-            comms.append(comm("tp", "allgather", act_bytes, "bwd", overlap=f"gemm:{of(row, 'dgrad')}"))  # grad of out
+            comms.append(comm("tp", "allgather", gather, "bwd", overlap=f"gemm:{of(row, 'dgrad')}"))  # grad of out
             comms.append(comm("tp", "reducescatter", act_bytes, "bwd", overlap=f"gemm:{of(col, 'wgrad')}"))
-            comms.append(comm("tp", "allgather", act_bytes, "bwd", overlap="dgrad"))  # saved input for wgrad
+            comms.append(comm("tp", "allgather", gather, "bwd", overlap="dgrad"))  # saved input for wgrad
     else:
         comms.append(comm("tp", "allreduce", act_bytes, phase))
 
@@ -198,13 +202,21 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     if m.multi_latent_attention:
         d = _mla_projections(rows, m, tokens, heads, dt, full, fusion)
         groups = heads
-    else:
+        col = "q_down+kv_down" if m.q_lora_rank else "q_proj+kv_down"
+    elif t.fused_qkv:
         qkv_out = (heads + 2 * groups) * d
         linear(rows, "qkv", tokens, qkv_out, h, dt, full)
         bias("qkv", qkv_out)
         elementwise(rows, "qkv_grad_pack", "qkv_grad_pack", fusion, tokens * qkv_out, False)
-        if m.qk_layernorm:  # each query and key head normalised before rotary and attention
-            elementwise(rows, "qk_norm", m.normalization, fusion, tokens * (heads + groups) * d, full)
+        col = "qkv"
+    else:  # separate q, k and v projections: no packed gradient, their input gradients summed
+        outs = {"q_proj": heads * d, "k_proj": groups * d, "v_proj": groups * d}
+        split_linears(rows, tuple(outs), tuple(outs.values()), tokens, h, dt, full, fusion)
+        for name, width in outs.items():
+            bias(name, width)
+        col = "+".join(outs)
+    if not m.multi_latent_attention and m.qk_layernorm:  # each query and key head normalised before rotary, attention
+        elementwise(rows, "qk_norm", m.normalization, fusion, tokens * (heads + groups) * d, full)
     rope_heads = (heads + groups) * d if not m.multi_latent_attention else (heads + 1) * m.qk_pos_emb_head_dim
     if m.position_embedding == "rope":
         elementwise(rows, "rope", "rope", fusion, tokens * rope_heads, full)
@@ -224,24 +236,29 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     linear(rows, "attn_out", tokens, h, heads * v_dim, dt, full)
     bias("attn_out", h)
     residual("attn_residual")
-    col = ("q_down+kv_down" if m.q_lora_rank else "q_proj+kv_down") if m.multi_latent_attention else "qkv"
+    # torchao's float8 TP: the gathers move FP8, cast on the sequence shard (flowsim.model.ops.float8_tp_casts)
+    fp8_tp = t.fp8_tp_gather and dt == "fp8" and t.fp8_recipe == "tensorwise" and sp and tp > 1
+    gather = tokens * h * FP8_GATHER_BYTES_PER_ELEM if fp8_tp else None
     for ph in passes(full):
-        _tp_comms(comms, tp, sp, act, ph, col, "attn_out")
+        _tp_comms(comms, tp, sp, act, ph, col, "attn_out", gather)
 
     # MLP block
     norm("post_attn_norm")
+    mlp_col, mlp_row = "", ""
     if moe:
         moe_mlp_ops(cfg, rows, comms, tokens, dt, rc)
         if m.moe_shared_expert_intermediate_size:
-            mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt,
-                    rc("moe") or rc("shared_experts"), "shared_", fusion)
+            mlp_col = mlp_ops(rows, m, tokens, m.moe_shared_expert_intermediate_size // tp, dt,
+                              rc("moe") or rc("shared_experts"), "shared_", fusion, t.fused_gate_up)
     else:
-        mlp_ops(rows, m, tokens, f // tp, dt, rc("mlp"), fusion=fusion)
-    if not moe or m.moe_shared_expert_intermediate_size:
+        mlp_col = mlp_ops(rows, m, tokens, f // tp, dt, rc("mlp"), fusion=fusion, fused_gate_up=t.fused_gate_up)
+    if mlp_col:
         mlp_rc = rc("mlp") if not moe else rc("moe") or rc("shared_experts")
-        prefix = "shared_" if moe else ""
+        mlp_row = "shared_fc2" if moe else "fc2"
         for ph in passes(mlp_rc):
-            _tp_comms(comms, tp, sp, act, ph, f"{prefix}fc1", f"{prefix}fc2")
+            _tp_comms(comms, tp, sp, act, ph, mlp_col, mlp_row, gather)
+    if fp8_tp:
+        float8_tp_casts(rows, [col] + [mlp_col] * bool(mlp_col), ["attn_out"] + [mlp_row] * bool(mlp_row), tp)
     residual("mlp_residual")
 
     if cp > 1:
@@ -314,16 +331,26 @@ def _op_sac_rows(rows, comms, m, tokens, heads, groups, d, width, dt, tp, sp, ac
         comms.append(comm("tp", "allgather", act, "recompute", count=2))
 
 
-def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused"):
+def mlp_ops(rows, m, tokens, width, dt, rerun, prefix="", fusion="fused", fused_gate_up=True) -> str:
     """GEMMs and activation of one MLP of local intermediate ``width`` over ``tokens`` tokens, with their
-    forward again when ``rerun`` (``fusion``: the memory-bound kernel set, :mod:`flowsim.model.fusion`)."""
+    forward again when ``rerun`` (``fusion``: the memory-bound kernel set, :mod:`flowsim.model.fusion`); a gated
+    MLP's gate and up projections as one ``fc1`` GEMM of twice the width, or (``fused_gate_up`` False) as separate
+    ``gate_proj`` and ``up_proj`` layers (:func:`flowsim.model.ops.split_linears`). Returns the name(s) of the
+    column-parallel GEMM(s) (``+``-joined), which the sequence-parallel all-gather feeds."""
     fc1_out = (2 if m.gated else 1) * width
-    linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, rerun)
+    if m.gated and not fused_gate_up:
+        names = (f"{prefix}gate_proj", f"{prefix}up_proj")
+        split_linears(rows, names, (width, width), tokens, m.hidden_size, dt, rerun, fusion)
+        col = "+".join(names)
+    else:
+        linear(rows, f"{prefix}fc1", tokens, fc1_out, m.hidden_size, dt, rerun)
+        col = f"{prefix}fc1"
     elementwise(rows, f"{prefix}activation", activation_step(m.activation), fusion, tokens * width, rerun)
     linear(rows, f"{prefix}fc2", tokens, m.hidden_size, width, dt, rerun)
     if m.add_bias_linear and fusion == "eager":
         elementwise(rows, f"{prefix}fc1.bias_grad", "bias_grad", fusion, tokens * fc1_out, False)
         elementwise(rows, f"{prefix}fc2.bias_grad", "bias_grad", fusion, tokens * m.hidden_size, False)
+    return col
 
 
 def _attention_rows(m, phase, b, heads, groups, s_q, s_k, d) -> list:
