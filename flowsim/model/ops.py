@@ -178,21 +178,11 @@ def float8_tp_casts(rows, col_groups, row_names, tp) -> None:
     above): per column-parallel group (``+``-joined names reading one gathered input) one input cast, of the
     ``1 / tp`` sequence shard, instead of each layer's cast of the whole gathered input; each row-parallel layer's
     output-gradient cast (``row_names``) on its shard."""
-    drop = []
-    for group in col_groups:
-        first, *rest = group.split("+")
-        for i, r in enumerate(rows):
-            if r["kind"] != "memory":
-                continue
-            if r["name"] == f"{first}.cast_in":
-                rows[i] = dict(r, bytes=r["bytes"] / tp)
-            elif r["name"] in {f"{n}.cast_in" for n in rest}:
-                drop.append(i)
-    for i, r in enumerate(rows):
-        if r["kind"] == "memory" and r["name"] in {f"{n}.cast_grad" for n in row_names}:
-            rows[i] = dict(r, bytes=r["bytes"] / tp)
-    for i in reversed(drop):
-        del rows[i]
+    names = [g.split("+") for g in col_groups]
+    sharded = {f"{n[0]}.cast_in" for n in names} | {f"{n}.cast_grad" for n in row_names}
+    dropped = {f"{m}.cast_in" for n in names for m in n[1:]}
+    rows[:] = [dict(r, bytes=r["bytes"] / tp) if r["kind"] == "memory" and r["name"] in sharded else r
+               for r in rows if r["kind"] != "memory" or r["name"] not in dropped]
 
 
 def apply_fp8_recipe(opset: OpSet, recipe: str) -> OpSet:

@@ -258,7 +258,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
         for ph in passes(mlp_rc):
             _tp_comms(comms, tp, sp, act, ph, mlp_col, mlp_row, gather)
     if fp8_tp:
-        float8_tp_casts(rows, [col] + [mlp_col] * bool(mlp_col), ["attn_out"] + [mlp_row] * bool(mlp_row), tp)
+        float8_tp_casts(rows, [c for c in (col, mlp_col) if c], [r for r in ("attn_out", mlp_row) if r], tp)
     residual("mlp_residual")
 
     if cp > 1:
