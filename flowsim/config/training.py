@@ -207,7 +207,8 @@ class TrainingConfig:
         ``PrepareFloat8ModuleInput``, torchtitan with ``precision: fp8``, ``fp8_recipe: tensorwise`` and sequence
         parallelism): the block inputs are cast to FP8 on their sequence shard and all-gathered in FP8, and the
         output gradients cast to FP8 before their all-gather (1 byte per element); the reduce-scatters stay 16-bit.
-        No effect for other recipes (torchtitan runs plain TP with rowwise scaling). Default off.
+        Applies to the ``delayed`` and ``tensorwise`` recipes (Transformer Engine 1.11 gathers FP8 the same way under
+        delayed scaling; torchtitan runs plain TP with rowwise scaling). Default off.
     overlap_comm_sms : int
         SMs a collective holds while it runs beside compute, slowing that compute to ``1 - sms / SM count`` of
         its speed (:func:`flowsim.step.overlap.overlapped_s`). 0 (default): one SM per NCCL channel NCCL runs for

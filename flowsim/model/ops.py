@@ -169,8 +169,13 @@ def quantize(rows, name, tokens, n_out, k_in, dtype, recompute):
 # gathered FP8 tensor (``tensor_already_casted_to_fp8``: no cast of their own); ``Float8RowwiseParallel``'s output
 # hook (``NoopFwToFloat8E5M2BwDynamic`` after the reduce-scatter) casts the output gradient on its sequence shard,
 # before the backward's all-gather, again 1 byte per element. The reduce-scatters move the 16-bit partial sums and
-# the column-parallel input gradients.
+# the column-parallel input gradients. Transformer Engine 1.11 does the same under delayed scaling: LayerNormLinear
+# writes its norm output in FP8 and gathers that (pytorch/module/layernorm_linear.py:125,164; again in backward,
+# :457) and a row-parallel layer's output gradient is cast before its gather (module/base.py:775-797).
+# ``FP8_GATHER_RECIPES``: the recipes whose sequence-parallel gathers these sources show moving FP8 (torchao's
+# rowwise scaling runs plain TP; block-scaled recipes are not checked).
 FP8_GATHER_BYTES_PER_ELEM = DTYPE_BYTES["fp8"]
+FP8_GATHER_RECIPES = ("delayed", "tensorwise")
 
 
 def float8_tp_casts(rows, col_groups, row_names, tp) -> None:

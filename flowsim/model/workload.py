@@ -37,9 +37,9 @@ from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step, torch_c
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.memo import BoundedCache
 from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
-from flowsim.model.ops import (COMPUTE_COLUMNS, FP8_GATHER_BYTES_PER_ELEM, OpSet, apply_fp8_recipe, attention, comm,
-                               elementwise, finish, float8_tp_casts, gemm, linear, memory, split_linears,
-                               split_pipelined_gemms, symm_mem_tp, unfused_attention, unpad_rows)
+from flowsim.model.ops import (COMPUTE_COLUMNS, FP8_GATHER_BYTES_PER_ELEM, FP8_GATHER_RECIPES, OpSet, apply_fp8_recipe,
+                               attention, comm, elementwise, finish, float8_tp_casts, gemm, linear, memory,
+                               split_linears, split_pipelined_gemms, symm_mem_tp, unfused_attention, unpad_rows)
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -237,7 +237,7 @@ def build_layer(cfg: SimConfig, moe: bool = False) -> OpSet:
     bias("attn_out", h)
     residual("attn_residual")
     # torchao's float8 TP: the gathers move FP8, cast on the sequence shard (flowsim.model.ops.float8_tp_casts)
-    fp8_tp = t.fp8_tp_gather and dt == "fp8" and t.fp8_recipe == "tensorwise" and sp and tp > 1
+    fp8_tp = t.fp8_tp_gather and dt == "fp8" and t.fp8_recipe in FP8_GATHER_RECIPES and sp and tp > 1
     gather = tokens * h * FP8_GATHER_BYTES_PER_ELEM if fp8_tp else None
     for ph in passes(full):
         _tp_comms(comms, tp, sp, act, ph, col, "attn_out", gather)
