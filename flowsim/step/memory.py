@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from flowsim.config import SimConfig
 from flowsim.config.layout import chunks_per_stage, end_chunks, group_spans
 from flowsim.model import recompute
@@ -223,9 +225,16 @@ def in_flight_microbatches(cfg: SimConfig, stage: int) -> float:
 
 
 def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
-    """Peak memory of one GPU of ``stage`` by component (see module docstring)."""
+    """Peak memory of one GPU of ``stage`` by component (see module docstring; :func:`stage_memories`)."""
+    return stage_memories(cfg, wl)[stage]
+
+
+def stage_memories(cfg: SimConfig, wl: Workload) -> tuple[StageMemory, ...]:
+    """Peak memory of one GPU of every pipeline stage by component (see module docstring), bytes: the
+    per-config terms once, the stages' sums in one numpy pass over the stage axis."""
     m, t = cfg.model, cfg.training
-    params, experts = wl.stage_params[stage], wl.stage_expert_params[stage]
+    params = np.asarray(wl.stage_params, dtype=np.float64)
+    experts = np.asarray(wl.stage_expert_params, dtype=np.float64)
     dp = t.dp_shard  # dense state is sharded over the data- and context-parallel ranks (or a shard group)
     edp = group_spans(t)["edp"][0]  # expert state is sharded over the expert-data-parallel ranks
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
@@ -235,41 +244,48 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
         ``stage_from``."""
         return dense / (dp if zero >= stage_from else 1) + expert / (edp if zero >= stage_from else 1)
 
-    layers, n_moe = int(wl.chunk_layers[stage].sum()), int(wl.chunk_moe_layers[stage].sum())
+    layers, n_moe = wl.chunk_layers.sum(axis=1), wl.chunk_moe_layers.sum(axis=1)
     in_layers = (layers - n_moe) * layer_params(cfg) + n_moe * layer_params(cfg, moe=True)
     outside = params - in_layers  # the embedding, the output layer and the final norm: always 16-bit
     low = LOW_PRECISION_WEIGHT_BYTES.get(wl.gemm_dtype, 0.0) if t.framework not in CAST_PER_CALL_FRAMEWORKS else 0.0
     fsdp2 = t.fsdp_version == 2 and zero >= 2
     if fsdp2 and zero >= 3:  # no 16-bit shard: the fp32 shard is the master weight, counted with the optimizer
-        w = 0.0
+        w = np.zeros_like(params)
     elif t.fp8_param_gather:  # the layers' weights held in FP8 only (Transformer Engine fp8_model_init)
         w = state(FP8_WEIGHT_BYTES * in_layers + WEIGHT_BYTES * outside, FP8_WEIGHT_BYTES * experts, 3)
     else:  # 16-bit weights, and the quantised copy of the layers' weights the low-precision GEMMs read
         w = state(WEIGHT_BYTES * params + low * in_layers, (WEIGHT_BYTES + low) * experts, 3)
     if zero >= 3:
         # the gathered weights: two layers (running and prefetched) and the root unit (embedding, head)
-        running = min(2, layers) * (in_layers + experts) / max(layers, 1)
-        w += layer_gather_bytes(t) * running + WEIGHT_BYTES * outside
+        running = np.minimum(2, layers) * (in_layers + experts) / np.maximum(layers, 1)
+        w = w + layer_gather_bytes(t) * running + WEIGHT_BYTES * outside
+    grad = grad_reduce_bytes(t)
     if fsdp2 and not t.overlap_grad_reduce:  # unsharded gradients accumulated in the reduce dtype
-        g = grad_reduce_bytes(t) * (params + experts)
+        g = grad * (params + experts)
     else:
-        g = state(grad_reduce_bytes(t) * params, grad_reduce_bytes(t) * experts, 2)
+        g = state(grad * params, grad * experts, 2)
     o = state(OPTIMIZER_BYTES * params, OPTIMIZER_BYTES * experts, 1)
 
     per_layer = layer_activation_bytes(cfg)
-    if n_moe:  # average over the stage's dense and MoE layers
-        per_layer = ((layers - n_moe) * per_layer + n_moe * layer_activation_bytes(cfg, moe=True)) / max(layers, 1)
-    mb = in_flight_microbatches(cfg, stage)
-    rec = int(wl.chunk_recompute_layers[stage].sum()) if recompute.policy(t) in ("full", "every_n") else 0
-    if recompute.policy(t) == "op":
+    if n_moe.any():  # average over the stage's dense and MoE layers
+        mixed = ((layers - n_moe) * per_layer + n_moe * layer_activation_bytes(cfg, moe=True)) / np.maximum(layers, 1)
+        per_layer = np.where(n_moe > 0, mixed, per_layer)
+    mb = np.array(held_microbatches(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), cfg.num_microbatches,
+                                    t.paired_1f1b))
+    pol = recompute.policy(t)
+    if pol == "op":
         act = mb * layers * per_layer + layer_activation_bytes(cfg, recomputed=False)  # one layer rebuilt at a time
-    elif rec:
+    elif pol in ("full", "every_n"):
+        rec = wl.chunk_recompute_layers.sum(axis=1)
         layer_input = ACT_BYTES * cfg.microbatch_tokens * m.hidden_size / (t.tp if t.sequence_parallel else 1)
         stored = rec * layer_input + (layers - rec) * per_layer
-        act = mb * stored + per_layer  # one layer's activations are rebuilt at a time in backward
+        # one layer's activations are rebuilt at a time in backward
+        act = np.where(rec > 0, mb * stored + per_layer, mb * layers * per_layer)
     else:
         act = mb * layers * per_layer
-    if any(s == stage for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]):
-        act += cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * loss_bytes_per_logit(t)
-    return StageMemory(weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, activations_bytes=act,
-                       runtime_bytes=CUDA_CONTEXT_BYTES)
+    loss = cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * loss_bytes_per_logit(t)
+    for s in {s for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]}:
+        act[s] += loss
+    return tuple(StageMemory(weights_bytes=ws, gradients_bytes=gs, optimizer_bytes=os_, activations_bytes=acts,
+                             runtime_bytes=CUDA_CONTEXT_BYTES)
+                 for ws, gs, os_, acts in zip(w.tolist(), g.tolist(), o.tolist(), act.tolist()))

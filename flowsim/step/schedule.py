@@ -511,7 +511,7 @@ def _plan(schedule: str, p: int, v: int, m: int, paired: bool = False) -> _Plan:
     return plan
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)  # a few floats each: every layout of a tune (gpt3-175b on 1,024 GPUs: 388)
 def held_microbatches(schedule: str, p: int, v: int, m: int, paired: bool = False) -> tuple:
     """Peak activations each stage holds, in micro-batches through all of the stage's chunks.
 

@@ -36,7 +36,7 @@ from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
 from flowsim.step.host import PassHost, pass_host, segment_terms
 from flowsim.step.invariants import check_result
-from flowsim.step.memory import stage_memory
+from flowsim.step.memory import stage_memories as _stage_memories
 from flowsim.step.optimizer import optimizer_s
 from flowsim.step.pricer import CollectivePricer
 from flowsim.step.result import CollectiveChoice, Result, StageBreakdown, StepTimeline
@@ -98,10 +98,9 @@ _STAGE_MEMORY = BoundedCache(256)
 
 
 def stage_memories(cfg: SimConfig, wl) -> tuple:
-    """The :func:`flowsim.step.memory.stage_memory` of every pipeline stage of ``cfg`` (workload ``wl``), built
+    """The :func:`flowsim.step.memory.stage_memories` of ``cfg`` (workload ``wl``), built
     once per (model, training config) and shared by :func:`simulate` and the explorers' memory check."""
-    return _STAGE_MEMORY.get((cfg.model, cfg.training),
-                             lambda: tuple(stage_memory(cfg, wl, s) for s in range(cfg.training.pp)))
+    return _STAGE_MEMORY.get((cfg.model, cfg.training), lambda: _stage_memories(cfg, wl))
 
 
 def _priced(wl, t_ops: np.ndarray, caught) -> _Priced:
