@@ -154,6 +154,47 @@ def test_components_in_parallel_threads_match_brute_force(a, b):
     assert np.all(res.link_busy_s >= busy_bound * (1 - 1e-9))
 
 
+def test_distinct_links_known_answer():
+    # Links 0 and 2 carry transfer 0 only, link 1 transfers 0 and 1: of 0 and 2 the one with less capacity (2) is
+    # kept; link 3 carries nothing (kept).
+    from flowsim.network.netsim import _distinct_links
+
+    keep, link_of, ptr, hops = _distinct_links(np.array([5.0, 1.0, 3.0, 9.0]), np.array([0, 3, 4]),
+                                               np.array([0, 1, 2, 1]))
+    assert keep.tolist() == [1, 2, 3] and link_of.tolist() == [1, 0, 1, 2]
+    assert ptr.tolist() == [0, 2, 3] and hops.tolist() == [0, 1, 0]
+
+
+@settings(max_examples=120, deadline=None)
+@given(transfer_sets(), st.data())
+def test_links_with_the_same_transfers_are_simulated_once(inst, data):
+    """Twins (links on exactly the paths of another, capacity 0.5-2x, anywhere in the path) change nothing: the
+    simulation over the distinct links equals the event loop over all of them bit for bit, busy times included."""
+    import flowsim.network.netsim as netsim
+
+    cap, paths, size, release, deps, latency = inst
+    twins = data.draw(st.lists(st.tuples(st.integers(0, len(cap) - 1), st.sampled_from([0.5, 1.0, 1.5, 2.0])),
+                               max_size=4))
+    cap = list(cap)
+    paths = [list(p) for p in paths]
+    for of, scale in twins:
+        cap.append(cap[of] * scale)
+        for p in paths:
+            if of in p:
+                p.insert(data.draw(st.integers(0, len(p))), len(cap) - 1)
+    cap = np.array(cap)
+    ptr = np.r_[0, np.cumsum([len(p) for p in paths])].astype(np.int64)
+    links = np.array([l for p in paths for l in p], dtype=np.int64)
+    dptr = np.r_[0, np.cumsum([len(d) for d in deps])].astype(np.int64)
+    didx = np.array([d for ds in deps for d in ds], dtype=np.int64)
+    args = (cap, ptr, links, np.array(size), np.array(release), dptr, didx, np.array(latency), np.ones(len(paths)),
+            netsim.LOCAL_MAX_ROUNDS, 1e-9)
+    got, want = netsim._simulate(*args), netsim._event_loop(*args)
+    for g, w in zip(got[:3], want[:3]):
+        assert np.array_equal(g, w, equal_nan=True)
+    assert got[3] == want[3]
+
+
 def test_bad_thread_count_is_one_line_error(monkeypatch):
     import flowsim.network.netsim as netsim
 
