@@ -101,8 +101,9 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
         count. In: ``state[l, 0]`` of each touched link is its capacity minus the load of the flows not in
         ``todo``. Scratch afterwards.
     heap, hkey, pos : int64[n_links], float64[n_links], int64[n_links] (all -1 on entry and exit)
-        Scratch for the indexed heap of links keyed by fair share (see ``flowsim.network.net_heap``); keys are
-        refreshed lazily, when a link reaches the top.
+        Scratch for the indexed heap of links keyed by fair share (see ``flowsim.network.net_heap``) that
+        holds the links whose key was refreshed (lazily, when a link reaches the front); the others wait in a
+        run sorted by their first key.
     bott : int64[n_flows]
         Out: for each flow of ``todo`` with a non-empty path, the link that froze it (its bottleneck:
         saturated, and no flow on it has a higher rate); -1 for an empty path.
@@ -117,26 +118,53 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
             l = flow_links[h]
             state[l, 1] += weights[f]
             state[l, 2] += 1.0
-    size = 0
+    # The links by (initial share, id): a sorted run, merged with a heap that holds only the links whose share
+    # was refreshed. Most links never bind (every flow on them freezes elsewhere first) and leave the run in
+    # O(1) instead of a pop's sift through the heap; the order in which links come to the front is that of one
+    # heap over all of them, so the rates are the same.
+    ids = np.empty(n_touched, dtype=np.int64)
+    n_run = 0
     for i in range(n_touched):
         l = touched[i]
         if state[l, 2] > 0.0:
-            size = _heap_push(heap, hkey, pos, size, l, max(state[l, 0], 0.0) / state[l, 1])
+            ids[n_run] = l
+            n_run += 1
+    ids = np.sort(ids[:n_run])
+    keys = np.empty(n_run)
+    for i in range(n_run):
+        l = ids[i]
+        keys[i] = max(state[l, 0], 0.0) / state[l, 1]
+    order = np.argsort(keys, kind="mergesort")  # stable: equal shares stay in increasing id
+    run = ids[order]
+    run_key = keys[order]
+    p = 0
+    size = 0
     level = 0.0
-    while size > 0:
-        # Lazy keys: a link's key is only refreshed when it reaches the top. Keys never decrease (a flow
+    while p < n_run or size > 0:
+        # Lazy keys: a link's key is only refreshed when it reaches the front. Keys never decrease (a flow
         # frozen at the current level takes at most its share from each of its other links), so a stale key
-        # is a lower bound and the top is the true minimum once its key is fresh.
-        l = heap[0]
+        # is a lower bound and the front is the true minimum once its key is fresh.
+        from_heap = size > 0 and (p == n_run or hkey[0] < run_key[p] or (hkey[0] == run_key[p]
+                                                                         and heap[0] < run[p]))
+        l = heap[0] if from_heap else run[p]
         if state[l, 2] == 0.0:
-            l, size = _heap_pop(heap, hkey, pos, size)
+            if from_heap:
+                l, size = _heap_pop(heap, hkey, pos, size)
+            else:
+                p += 1
             continue
         share = max(state[l, 0], 0.0) / state[l, 1]
-        if share > hkey[0]:
-            hkey[0] = share
-            _sift_down(heap, hkey, pos, size, 0)
-            continue
-        l, size = _heap_pop(heap, hkey, pos, size)
+        if from_heap:
+            if share > hkey[0]:
+                hkey[0] = share
+                _sift_down(heap, hkey, pos, size, 0)
+                continue
+            l, size = _heap_pop(heap, hkey, pos, size)
+        else:
+            p += 1
+            if share > run_key[p - 1]:
+                size = _heap_push(heap, hkey, pos, size, l, share)
+                continue
         if share < level:
             share = level  # a round-off dip below the previous level (levels never decrease)
         level = share
