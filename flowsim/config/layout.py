@@ -6,6 +6,7 @@ config checks them without loading it.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -103,25 +104,30 @@ def group_spans(training) -> dict[str, tuple[int, int]]:
         (one member per stage, at the same place in each: the rail of its network stage).
     """
     t = training
-    etp, ep = t.expert_tensor_parallel_size, t.ep
-    stage = t.tp * t.cp * t.dp
-    if expert_rank_order(t) == "tp-ep-dp-pp":
+    return dict(_spans(t.tp, t.cp, t.dp, t.dp_shard, t.ep, t.expert_tensor_parallel_size, expert_rank_order(t),
+                       t.moe_flex_nvlink_ranks))
+
+
+@functools.lru_cache(maxsize=4096)  # a tune's ~50,000 layouts have a few dozen (gpt3-175b on 1,024 GPUs: 94)
+def _spans(tp: int, cp: int, dp: int, dp_shard: int, ep: int, etp: int, order: str, flex_ranks: int) -> dict:
+    """:func:`group_spans` by the fields it reads (read-only: the caller gets a copy)."""
+    stage = tp * cp * dp
+    if order == "tp-ep-dp-pp":
         experts = {"etp": (etp, 1), "ep": (ep, etp), "edp": (stage // (ep * etp), ep * etp), "tpep": (etp * ep, 1)}
     else:  # EP out of DP, experts split by TP; check_expert_layout keeps cp 1 when ep > 1
-        experts = {"etp": (t.tp, 1), "ep": (ep, t.tp * t.cp), "edp": (t.dp // ep, t.tp * t.cp * ep),
-                   "tpep": (t.tp * ep, 1)}
+        experts = {"etp": (tp, 1), "ep": (ep, tp * cp), "edp": (dp // ep, tp * cp * ep), "tpep": (tp * ep, 1)}
     spans = {
-        "tp": (t.tp, 1),
-        "cp": (t.cp, t.tp),
-        "dp": (t.dp * t.cp, t.tp),
-        "dps": (t.dp_shard, t.tp),
-        "dpr": (t.dp * t.cp // t.dp_shard, t.tp * t.dp_shard),
+        "tp": (tp, 1),
+        "cp": (cp, tp),
+        "dp": (dp * cp, tp),
+        "dps": (dp_shard, tp),
+        "dpr": (dp * cp // dp_shard, tp * dp_shard),
         "pp": (2, stage),
         **experts,
     }
-    if t.moe_flex_nvlink_ranks:
+    if flex_ranks:
         stride = spans["ep"][1]
-        inside = min(ep, max(t.moe_flex_nvlink_ranks // stride, 1))  # EP members per NVLink stage
+        inside = min(ep, max(flex_ranks // stride, 1))  # EP members per NVLink stage
         spans.update(epn=(inside, stride), epx=(max(ep // inside, 1), stride * inside))
     return spans
 

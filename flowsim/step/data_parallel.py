@@ -254,13 +254,13 @@ def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, floa
 def bucket_ready(timeline, stage, nb) -> np.ndarray:
     """When each of ``nb`` gradient buckets of a stage is ready, seconds: evenly over the last backward of its
     chunk (chunks in order of completion)."""
-    starts, ends = timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage]
-    v = ends.size
+    starts, ends = timeline.last_bwd_start_s[stage].tolist(), timeline.last_bwd_end_s[stage].tolist()
+    v = len(ends)
     pieces = []
-    for i, c in enumerate(np.argsort(ends).tolist()):  # a stage's chunks: one or a few
+    for i, c in enumerate(sorted(range(v), key=ends.__getitem__)):  # a stage's chunks: one or a few
         k = nb // v + (i < nb % v)  # buckets of this chunk
         pieces.append(starts[c] + (ends[c] - starts[c]) * np.arange(1, k + 1) / k)
-    return np.concatenate(pieces)
+    return np.concatenate(pieces) if v > 1 else pieces[0]
 
 
 def stream_end_s(bucket_s, ready) -> float:

@@ -595,4 +595,4 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
     return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=(end - start).sum(axis=1),
                             last_bwd_start_s=start[rows, plan.last_bwd], last_bwd_end_s=end[rows, plan.last_bwd],
                             start_s=start, end_op_s=end, order=plan.order, send_to=plan.send_to,
-                            send_s=np.take_along_axis(end, plan.publish, axis=1))
+                            send_s=end[rows, plan.publish])
