@@ -28,6 +28,12 @@ from numba import njit
 
 from flowsim.network.net_heap import _heap_pop, _heap_push, _sift_down
 
+FILL_RUN_MIN_LINKS = 256
+"""Progressive filling sorts its links into a run from this many (a window's first fill: tens of thousands);
+below it they all go through the heap (a local re-solve's few hundred, where the sort's arrays cost more than
+they save: the 20-rack NVL72 sweep's re-solves touch tens of links). A cost cap only (the rates are the same
+either way), set by hand from benchmarks/bench_flow_scaling.py and bench_collectives.py."""
+
 ROUNDOFF_RTOL = 1e-14
 """Slack below this fraction of a link's capacity is round-off (float64 eps is 2.2e-16; a link's load is a
 sum of many rates), so the local re-solve counts the link as saturated."""
@@ -118,17 +124,21 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
             l = flow_links[h]
             state[l, 1] += weights[f]
             state[l, 2] += 1.0
-    # The links by (initial share, id): a sorted run, merged with a heap that holds only the links whose share
+    # Many links: a run sorted by (initial share, id), merged with a heap that holds only the links whose share
     # was refreshed. Most links never bind (every flow on them freezes elsewhere first) and leave the run in
     # O(1) instead of a pop's sift through the heap; the order in which links come to the front is that of one
-    # heap over all of them, so the rates are the same.
-    ids = np.empty(n_touched, dtype=np.int64)
+    # heap over all of them, so the rates are the same. A few links: all in the heap (no sort to pay for).
+    size = 0
     n_run = 0
+    ids = np.empty(n_touched if n_touched >= FILL_RUN_MIN_LINKS else 0, dtype=np.int64)
     for i in range(n_touched):
         l = touched[i]
         if state[l, 2] > 0.0:
-            ids[n_run] = l
-            n_run += 1
+            if n_touched >= FILL_RUN_MIN_LINKS:
+                ids[n_run] = l
+                n_run += 1
+            else:
+                size = _heap_push(heap, hkey, pos, size, l, max(state[l, 0], 0.0) / state[l, 1])
     ids = np.sort(ids[:n_run])
     keys = np.empty(n_run)
     for i in range(n_run):
@@ -138,7 +148,6 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
     run = ids[order]
     run_key = keys[order]
     p = 0
-    size = 0
     level = 0.0
     while p < n_run or size > 0:
         # Lazy keys: a link's key is only refreshed when it reaches the front. Keys never decrease (a flow

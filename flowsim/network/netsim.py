@@ -258,31 +258,31 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
     """
     n_links = capacity_Bps.shape[0]
     link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
-    # FNV-1a (Fowler, Noll, Vo) of each link's transfer list, to sort equal lists next to each other.
+    # Group equal lists through an open-addressing hash table (linear probing, at most half full) of the first
+    # link of each list, keyed by the list's FNV-1a hash (Fowler, Noll, Vo); equal hashes are compared in full.
+    mask = 1
+    while mask < 2 * n_links:
+        mask *= 2
+    mask -= 1
+    table = np.full(mask + 1, -1, dtype=np.int64)
     h = np.empty(n_links, dtype=np.uint64)
+    head = np.arange(n_links)  # the first link with the same list
     for l in range(n_links):
+        if link_ptr[l + 1] == link_ptr[l]:
+            continue
         x = np.uint64(14695981039346656037)
         for j in range(link_ptr[l], link_ptr[l + 1]):
             x = (x ^ np.uint64(link_flows[j])) * np.uint64(1099511628211)
         h[l] = x
-    order = np.argsort(h)
-    head = np.arange(n_links)  # the first link of its run with the same list
-    i = 0
-    while i < n_links:
-        j = i + 1
-        while j < n_links and h[order[j]] == h[order[i]]:
-            j += 1
-        # A run: links with the same hash. Equal non-empty lists share a path, so a run is at most a path long.
-        for a in range(i + 1, j):
-            la = order[a]
-            if link_ptr[la + 1] == link_ptr[la]:
-                continue
-            for b in range(i, a):
-                lb = order[b]
-                if head[lb] == lb and _same_flows(link_ptr, link_flows, la, lb):
-                    head[la] = lb
-                    break
-        i = j
+        slot = np.int64(x & np.uint64(mask))
+        while table[slot] >= 0:
+            m = table[slot]
+            if h[m] == x and _same_flows(link_ptr, link_flows, l, m):
+                head[l] = m
+                break
+            slot = (slot + 1) & mask
+        if head[l] == l:
+            table[slot] = l
     best = np.arange(n_links)
     for l in range(n_links):
         b = best[head[l]]
