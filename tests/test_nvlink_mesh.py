@@ -222,3 +222,11 @@ def test_ring_search_on_any_subset_respects_the_links(ranks):
             use[a, b] += 1
     assert (use * speed <= links * 20 * GB * (1 + 1e-9)).all()
     assert g.intra_Bps <= links.sum(axis=1).min() * 20 * GB * (1 + 1e-9)
+
+
+def test_a_bf16_job_on_v100_names_the_precision_it_can_run():
+    result = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-1v", "--gpus", "16",
+                                       "--gbs", "64"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == \
+        "Error: precision: v100-sxm2-32gb has no bf16 tensor cores; use fp16 (got bf16)"

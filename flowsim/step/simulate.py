@@ -24,6 +24,7 @@ import numpy as np
 
 from flowsim.config import SimConfig, build_config
 from flowsim.config.layout import end_chunks, group_spans, microbatches_per_chunk
+from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import op_times
 from flowsim.kernels.calibration import job_stack
@@ -352,6 +353,10 @@ def simulate(config=None, **overrides) -> Result:
     """
     cfg = _coerce_config(config, overrides)
     gpu = get_gpu(cfg.cluster.gpu)
+    if cfg.training.half_dtype not in gpu.peak_flop_per_s:  # e.g. bf16 on a V100: say which precisions it runs
+        units = ", ".join(d for d in ("fp16", "bf16") if d in gpu.peak_flop_per_s)
+        raise ConfigError("precision", f"{gpu.key} has no {cfg.training.half_dtype} tensor cores; use {units}",
+                          cfg.training.precision)
     wl = build_workload(cfg)
     comms = _pricer(cfg, gpu)
     ops, spans = ops_frame(wl)
