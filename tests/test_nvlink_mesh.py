@@ -175,7 +175,7 @@ def test_comm_layout_checks_mesh_links():
 
 def test_v100_job_runs_on_both_engines():
     args = ["estimate", "--model", "llama2-7b", "--cluster", "dgx-1v", "--gpus", "8", "--tp", "1", "--gbs", "8",
-            "--seq", "1024", "--precision", "fp16", "--recompute", "full", "--json"]
+            "--seq", "1024", "--precision", "fp16", "--recompute", "full", "--set", "use_flash_attn=false", "--json"]
     out = {}
     for engine in ("analytic", "flow"):
         res = CliRunner().invoke(main, args + ["--comm-engine", engine])
@@ -222,6 +222,14 @@ def test_ring_search_on_any_subset_respects_the_links(ranks):
             use[a, b] += 1
     assert (use * speed <= links * 20 * GB * (1 + 1e-9)).all()
     assert g.intra_Bps <= links.sum(axis=1).min() * 20 * GB * (1 + 1e-9)
+
+
+def test_flash_attention_on_volta_is_refused():
+    result = CliRunner().invoke(main, ["estimate", "--model", "llama3-8b", "--cluster", "dgx-1v", "--gpus", "16",
+                                       "--gbs", "64", "--precision", "fp16"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == "Error: use_flash_attn: FlashAttention needs compute capability " \
+        "7.5 or newer (v100-sxm2-32gb is 7.0); set use_flash_attn: false (got True)"
 
 
 def test_a_bf16_job_on_v100_names_the_precision_it_can_run():

@@ -327,6 +327,12 @@ def _coerce_config(config, overrides) -> SimConfig:
     raise TypeError(f"config must be a SimConfig, a mapping or a file path, not {type(config).__name__}")
 
 
+FLASH_ATTN_MIN_CC = 75
+"""Oldest NVIDIA compute capability (x10) any FlashAttention runs on: FlashAttention 1 supports Turing (7.5) and
+Ampere, FlashAttention 2 and cuDNN's fused attention Ampere (8.0) and newer (Dao-AILab/flash-attention README);
+Volta (7.0) runs unfused attention."""
+
+
 def simulate(config=None, **overrides) -> Result:
     """Predict one optimizer step of a training job.
 
@@ -357,6 +363,10 @@ def simulate(config=None, **overrides) -> Result:
         units = ", ".join(d for d in ("fp16", "bf16") if d in gpu.peak_flop_per_s)
         raise ConfigError("precision", f"{gpu.key} has no {cfg.training.half_dtype} tensor cores; use {units}",
                           cfg.training.precision)
+    if cfg.training.use_flash_attn and gpu.vendor == "nvidia" and gpu.compute_capability < FLASH_ATTN_MIN_CC:
+        raise ConfigError("use_flash_attn", f"FlashAttention needs compute capability {FLASH_ATTN_MIN_CC / 10:.1f} "
+                          f"or newer ({gpu.key} is {gpu.compute_capability / 10:.1f}); set use_flash_attn: false",
+                          True)
     wl = build_workload(cfg)
     comms = _pricer(cfg, gpu)
     ops, spans = ops_frame(wl)
