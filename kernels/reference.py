@@ -103,7 +103,8 @@ def _power_distance(gpu, cand: Candidate) -> float:
 
 
 def warn_if_scaled(gpu: GPUSpec, refs: list[Reference], stacklevel: int = 3) -> None:
-    """Issue one FlowsimWarning when a user-supplied GPU (not a built-in record) is priced from other GPUs.
+    """Issue one FlowsimWarning when a user-supplied GPU (not a built-in record) is priced from other GPUs, or when
+    a built-in GPU's GEMMs are priced from another architecture's measurements (V100, L40S, RTX 4090 today).
 
     Parameters
     ----------
@@ -119,3 +120,11 @@ def warn_if_scaled(gpu: GPUSpec, refs: list[Reference], stacklevel: int = 3) -> 
         used = "; ".join(f"{r.table} {r.dtype} from {r.measured} ({r.rule})" for r in scaled)
         msg = f"gpu {gpu.key}: no own kernel measurements, scaled: {used}"
         warnings.warn(msg, FlowsimWarning, stacklevel=stacklevel)
+        return
+    # a built-in GPU whose GEMMs only another architecture's measurements price (Volta, Ada from Ampere)
+    across = [r for r in scaled if r.table == "gemm_mamf" and r.rule.startswith("same vendor")]
+    if across:
+        used = "; ".join(f"{r.dtype} from {r.measured}" for r in across)
+        warnings.warn(f"gpu {gpu.key}: no GEMM measurement of its architecture ({gpu.arch}); efficiencies "
+                      f"transferred across architectures ({used}), expect larger errors", FlowsimWarning,
+                      stacklevel=stacklevel)

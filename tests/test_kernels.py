@@ -297,6 +297,17 @@ def test_cross_gpu_references_are_reported():
     assert gemm_time(8192, 8192, 8192, "bf16", h200) == gemm_time(8192, 8192, 8192, "bf16", h100)
 
 
+def test_builtin_gpu_priced_across_architectures_warns_and_same_architecture_does_not():
+    with pytest.warns(FlowsimWarning) as record:
+        gemm_time(8192, 8192, 8192, "fp16", get_gpu("v100-sxm2-32gb"))
+    assert [str(w.message) for w in record] == [
+        "gpu v100-sxm2-32gb: no GEMM measurement of its architecture (volta); efficiencies transferred across "
+        "architectures (bf16 from a100-pcie-80gb), expect larger errors"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FlowsimWarning)
+        gemm_time(8192, 8192, 8192, "bf16", get_gpu("h200"))  # priced from H100: same architecture, no warning
+
+
 def test_user_spec_gpu_is_scaled_by_flops_and_bandwidth_with_a_warning(tmp_path):
     raw = yaml.safe_load((GPU_DATA_DIR / "h100-sxm.yaml").read_text())
     raw.update(key="x100", name="Hypothetical X100", peak_TFLOPS={"bf16": 2 * 989.4}, hbm_TBps=2 * 3.35)
