@@ -212,22 +212,31 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
     for i in range(used.shape[0]):
         lcol[used[i]] = lc[i]
     stable = False
+    # Each colour's hashes, once per element and round rather than once per hop (the same sums)
+    lhash = np.zeros(cap_bits.shape[0], dtype=np.int64)
+    thash = np.empty(n, dtype=np.int64)
     for _ in range(max_rounds):
         if n_tc > max_classes:
             break
+        for i in range(used.shape[0]):
+            lhash[used[i]] = _h(lcol[used[i]], _SALT_LINK)
+        for t in range(n):
+            thash[t] = _h(tcol[t], _SALT_DEP)
         for t in range(n):
             a = np.int64(0)
             for h in range(route_ptr[t], route_ptr[t + 1]):
-                a += _h(lcol[route_links[h]], _SALT_LINK)
+                a += lhash[route_links[h]]
             d = np.int64(0)
             for j in range(dep_ptr[t], dep_ptr[t + 1]):
-                d += _h(tcol[dep_idx[j]], _SALT_DEP)
+                d += thash[dep_idx[j]]
             key[t] = _h(_h(tcol[t], a), d)
+        for t in range(n):
+            thash[t] = _h(tcol[t], _SALT_FLOW)
         for i in range(used.shape[0]):
             l = used[i]
             a = np.int64(0)
             for k in range(link_ptr[l], link_ptr[l + 1]):
-                a += _h(tcol[link_flows[k]], _SALT_FLOW)
+                a += thash[link_flows[k]]
             lkey[i] = _h(lcol[l], a)
         tc2, n_tc2 = _dense(key)
         lc2, n_lc2 = _dense(lkey)
