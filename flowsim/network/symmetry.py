@@ -67,6 +67,19 @@ settle after 65 rounds (65,536 transfers in 4,096 classes, 1.2 s saved per simul
 data-parallel rings on 16,384 GPUs (65,536 transfers, 128 re-solves, 0.6 s each) had not settled after 96
 rounds, which cost 0.5-0.9 s each. A cost cap only, set by hand from those runs."""
 
+MAX_ROUND_GROWTH = 2
+"""Refinement also stops, with no quotient, after a round that multiplies the transfer classes by at least this
+factor when one more round growing by the same factor would pass the class cap (:data:`MAX_CLASS_FRACTION`).
+A cost cap only, set by hand from benchmarks/bench_flow_scaling.py: llama3.1-405b's hash-ECMP windows grow 4, 8,
+~700, ~1,300 classes, then most of the transfers, in their first five rounds (stopped after the third now), while
+the refinements that end in a quotient (deepseek-v3's, the gpt3-175b rings) grow by a few classes a round once
+past the first two."""
+
+GROWTH_MIN_CLASSES = 128
+"""The :data:`MAX_ROUND_GROWTH` stop applies from this many transfer classes on: below, rounds cost microseconds
+and a small set's classes can jump once and settle (three transfers per class after one round of a six-transfer
+rotation, tests/test_flow_symmetry.py). A cost cap only, set by hand."""
+
 QUOTIENT_CACHE_BYTES = 64 * 2**20
 """Bytes of quotients (:class:`Quotient` arrays) kept per process, least recently used dropped first; answers
 of "no quotient" cost nothing. A cost cap only: the 30-size AllReduce sweep on 20 NVL72 racks has four
@@ -196,7 +209,8 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
     """Colour refinement from the transfers' attributes and depths and the links' capacities: each round hashes
     a transfer's colour with the sums of its path links' and dependencies' hashed colours, a used link's with
     the sum of its transfers' (multiset hashes), until the class counts stop growing (the colouring is stable),
-    the transfer classes pass ``max_classes`` or ``max_rounds`` rounds have run. Returns the transfer colours,
+    the transfer classes pass ``max_classes`` (or a round grows them so fast that the next would,
+    :data:`MAX_ROUND_GROWTH`) or ``max_rounds`` rounds have run. Returns the transfer colours,
     their count, the link colours (-1 for unused links), their count and whether the colouring is stable."""
     n = size_bits.shape[0]
     depth = _depths(dep_ptr, dep_idx)
@@ -243,6 +257,9 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
         if n_tc2 == n_tc and n_lc2 == n_lc:
             stable = True
             break
+        if (n_tc2 >= GROWTH_MIN_CLASSES and n_tc2 >= MAX_ROUND_GROWTH * n_tc
+                and n_tc2 * n_tc2 > max_classes * n_tc):
+            break  # another round growing as much would pass max_classes: no quotient
         tcol, n_tc, n_lc = tc2, n_tc2, n_lc2
         for i in range(used.shape[0]):
             lcol[used[i]] = lc2[i]
