@@ -199,3 +199,32 @@ def test_prepared_collectives_are_reused_and_bounded_by_bytes():
     for k in range(3):
         cache.put(k, str(k), 60)
     assert cache.get(0) is None and cache.get(1) is None and cache.get(2) == "2" and cache.bytes == 60
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the hashes' sums wrap, as in numba
+def test_refinement_that_explodes_stops_after_that_round(monkeypatch):
+    # 2,048 equal transfers over three random links of 500 each (hash ECMP): one class until a round sees the
+    # links' loads, then hundreds at once; the refinement ends there (MAX_ROUND_GROWTH), without the extra round
+    # that would pass the class cap, and with the same answer: no quotient, the explicit simulation's times
+    rng = np.random.default_rng(7)
+    n, n_l = 2048, 500
+    links = np.concatenate([rng.choice(n_l, 3, replace=False) for _ in range(n)]).astype(np.int64)
+    ptr = np.arange(0, 3 * n + 1, 3, dtype=np.int64)
+    cap, size = np.full(n_l, 1e10), np.full(n, 1e6)
+    zeros, dptr, didx = np.zeros(n), np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    link_ptr, link_flows = symmetry._link_csr(n_l, ptr, links)
+    used = np.flatnonzero(np.diff(link_ptr) > 0)
+    bits = (size.view(np.int64), zeros.view(np.int64), zeros.view(np.int64), cap.view(np.int64))
+    max_classes = int(n * symmetry.MAX_CLASS_FRACTION)
+
+    args = (ptr, links, dptr, didx, link_ptr, link_flows, used, *bits, symmetry.MAX_ROUNDS, max_classes)
+    _, n_tc, _, _, stable = symmetry._refine(*args)
+    assert not stable and n_tc < symmetry.GROWTH_MIN_CLASSES  # stopped before accepting the exploding round
+    # without the growth stop (the Python function reads the module's globals at each call), one more round:
+    # past the class cap, so no quotient either way
+    monkeypatch.setattr(symmetry, "MAX_ROUND_GROWTH", n)
+    _, n_tc, _, _, stable = symmetry._refine.py_func(*args)
+    assert not stable and n_tc > max_classes
+    assert quotient(cap, ptr, links, size, zeros, zeros, dptr, didx) is None
+    fast, slow = simulate(cap, ptr, links, size), simulate(cap, ptr, links, size, symmetry=False)
+    assert np.array_equal(fast.finish_s, slow.finish_s)
