@@ -215,6 +215,15 @@ def _moe_fields(row: Mapping, assumptions: list) -> dict:
     if re.search(r"QK-norm", notes):
         out["qk_layernorm"] = True
         assumptions.append("qk_layernorm: on (QK-norm in the notes)")
+    if re.search(r"clamped SwiGLU", notes) and re.search(r"GPT-OSS", notes):
+        # GPT-OSS's gated activation clamped at 7 (Megatron-Bridge 0.3.0 models/gpt_oss/gpt_oss_provider.py
+        # GPTOSSProvider activation_func_clamp_value 7.0; openai/gpt-oss config.json swiglu_limit 7.0)
+        out["activation_func_clamp_value"] = 7.0
+        assumptions.append("activation: GPT-OSS's SwiGLU clamped at 7 (clamped SwiGLU in the notes)")
+    if re.search(r"GPT-OSS", notes):
+        # the architecture's linear biases, the routed experts' too (GPTOSSProvider add_bias_linear=True)
+        out["add_bias_linear"] = True
+        assumptions.append("add_bias_linear: on (GPT-OSS's linear layers carry biases)")
     window = re.search(r"alternating (\d+)-token sliding-window / full attention layers", notes)
     if window:
         out.update(window_size=int(window.group(1)), window_attn_skip_freq=2)

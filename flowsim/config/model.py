@@ -90,6 +90,11 @@ class ModelConfig:
     window_attn_skip_freq : int
         With a window, one full-attention layer after every ``N - 1`` windowed ones (Megatron-LM
         ``--window-attn-skip-freq N``; GPT-OSS alternates, N = 2). 0 (default): every layer windowed.
+    activation_func_clamp_value : float
+        Clamped gated activation (Megatron-core ``activation_func_clamp_value``; GPT-OSS clamps its SwiGLU at 7,
+        Megatron-Bridge ``GPTOSSProvider``): the gate half is clamped from above, the linear half to
+        ``[-v, v]`` before the activation, which in Megatron-core's routed experts costs kernels of their own
+        (:func:`flowsim.model.moe.clamp_rows`). 0 (default): no clamp.
     hidden_dropout : float
         Dropout probability after attention and MLP (Megatron ``--hidden-dropout``); > 0 adds the dropout
         kernels and their 1-byte masks to memory.
@@ -132,6 +137,7 @@ class ModelConfig:
     qk_layernorm: bool = False
     window_size: int = 0
     window_attn_skip_freq: int = 0
+    activation_func_clamp_value: float = 0.0
     q_lora_rank: int = 0
     kv_lora_rank: int = 512
     qk_head_dim: int = 128
@@ -196,6 +202,11 @@ class ModelConfig:
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not (f == 0 or 1 <= f < float("inf")):
             raise ConfigError("moe_imbalance_factor", "must be 0 (modelled) or a finite number >= 1 (busiest "
                               "expert-parallel rank's tokens over the mean)", self.moe_imbalance_factor)
+        v = self.activation_func_clamp_value
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or 0 < v < float("inf")) or \
+                (v and not self.gated):
+            raise ConfigError("activation_func_clamp_value", "must be 0 (no clamp) or a finite number > 0, with a "
+                              "gated activation (swiglu, geglu)", self.activation_func_clamp_value)
         if self.moe_pad_expert_input_to_capacity and not self.moe_expert_capacity_factor:
             raise ConfigError("moe_pad_expert_input_to_capacity", "needs moe_expert_capacity_factor > 0",
                               self.moe_expert_capacity_factor)

@@ -46,6 +46,20 @@ from flowsim.model.ops import comm, elementwise, gemm, linear, memory, quantize,
 ROUTER_BYTES_PER_SCORE = 4 + 4  # fp32 logits written, then read by the softmax / top-k
 COUNT_BYTES = 8  # one routed-token count per expert, int64 (Megatron-LM ``routing_map.sum(dim=0).long()``)
 
+# Clamped gated activation (``activation_func_clamp_value``), bytes per element of the activation's output
+# (``tokens x width``: each half of the fc1 output has that many), 16-bit tensors. megatron-core 0.15.0
+# ``fusions/fused_bias_geglu.py:424-431`` (``weighted_bias_quick_geglu_impl``, the routed experts' fused path,
+# ``transformer/moe/experts.py:903-911``) clamps both halves and concatenates them before the fused kernel: two
+# clamps (read 2, write 2 each) and a ``torch.cat`` (read and write both halves: 8); the unfused ``glu``
+# (``experts.py:924-933``) clamps the chunks only. Backward, autograd's ``clamp_backward`` (torch
+# ``FunctionsManual.cpp``: ``where(self <= max, grad, 0)`` for the gate half, ``where((self >= min).logical_and_(
+# self <= max), grad, 0)`` for the linear half: comparisons read 2 and write a 1-byte mask, ``logical_and_`` reads
+# and writes masks, ``where`` reads the mask and the gradient and writes 2) is 2 + 4 kernels of 8 + 14 bytes, and
+# the two chunks' gradients are concatenated into the fc1 output's gradient (``chunk`` backward: 8).
+CLAMP_FWD_BYTES = 2 * (2 + 2)
+CLAMP_CAT_BYTES = 2 * (2 + 2)
+CLAMP_BWD_KERNELS, CLAMP_BWD_BYTES = 2 + 4, (3 + 5) + (3 + 3 + 3 + 5)
+
 
 def _ep_tokens(cfg: SimConfig, tokens: int) -> int:
     """Tokens one GPU routes: its sequence shard with sequence parallelism, else all its tokens."""
@@ -308,8 +322,65 @@ def moe_mlp_ops(cfg: SimConfig, rows: list, comms: list, tokens: int, dt: str, r
     # low-precision recipes quantise the grouped GEMMs' inputs and gradients as for any linear layer
     quantize(rows, "expert_fc1", local * per_expert, fc1_out, h, dt, full)
     quantize(rows, "expert_fc2", local * per_expert, h, width, dt, full)
+    act_recompute = full or recomputes("moe_act")
+    clamp_rows(rows, cfg, local * per_expert * width, act_recompute)
     elementwise(rows, "expert_activation", activation_step(m.activation), t.kernel_fusion,
-                local * per_expert * width, full or recomputes("moe_act"))
+                local * per_expert * width, act_recompute)
+    if m.add_bias_linear:
+        expert_bias_rows(rows, cfg, per_expert, local, full)
+
+
+def clamp_rows(rows: list, cfg: SimConfig, elems: float, recompute: bool) -> None:
+    """Append the kernels of a clamped gated activation (``activation_func_clamp_value``; none without one) over
+    ``elems`` output elements of the routed experts (tokens x local width, all local experts).
+
+    Megatron-core's fused path (``kernel_fusion: fused``, ``bias_activation_fusion``) clamps the two halves of the
+    fc1 output and concatenates them before its fused kernel (3 kernels, :data:`CLAMP_FWD_BYTES` +
+    :data:`CLAMP_CAT_BYTES` bytes per element); the unfused one clamps the two chunks (2 kernels). Backward: the
+    clamps' gradients and the chunks' concatenation (7 kernels, :data:`CLAMP_BWD_BYTES` + 8 bytes per element).
+    The forward re-runs with ``recompute``. The dense MLP's clamp (GPT-OSS has no dense MLP) is not priced.
+    """
+    if not cfg.model.activation_func_clamp_value:
+        return
+    for ph in ("fwd",) + (("recompute",) if recompute else ()):
+        rows.append(memory("expert_clamp", elems * CLAMP_FWD_BYTES / 2, ph, count=2))
+        if cfg.training.kernel_fusion == "fused":
+            rows.append(memory("expert_clamp_cat", elems * CLAMP_CAT_BYTES, ph))
+    rows.append(memory("expert_clamp.bwd", elems * CLAMP_BWD_BYTES / CLAMP_BWD_KERNELS, "bwd",
+                       count=CLAMP_BWD_KERNELS))
+    rows.append(memory("expert_clamp_cat.bwd", elems * CLAMP_CAT_BYTES, "bwd"))
+
+
+def expert_bias_rows(rows: list, cfg: SimConfig, per_expert: int, local: int, recompute: bool) -> None:
+    """Append the kernels of the routed experts' fc2 bias, weighted by each token's routing probability.
+
+    Megatron-core's ``TEGroupedMLP`` returns the fc2 bias unapplied (``skip_bias_add=True``) and adds it per
+    expert in Python (megatron-core 0.15.0 ``transformer/moe/experts.py:823-840`` ``_apply_bias``:
+    ``torch.cat([t + b * p for ...]).to(dtype)`` over ``torch.split`` of the output by expert): per expert a
+    ``b * p`` of ``[tokens, h]`` in the probabilities' dtype ``e`` (fp32 with ``moe_router_dtype: fp32``, else
+    16-bit: write ``e`` bytes per element) and the add (read 2 + ``e``, write ``e``); then the concatenation
+    (read and write ``e``) and, with fp32 probabilities, the cast back (read 4, write 2). Backward, autograd:
+    per expert the two products of the gradient with ``p`` and ``b`` and their reductions to the bias and
+    probability gradients (``6 e``; with fp32 first the cast of the output gradient up, 6, and of each expert's
+    share back, 6), then the split's backward concatenates the experts' input gradients (read and write 2).
+    The fc1 bias is TE ``GroupedLinear``'s own (cuBLAS epilogue forward, bias gradient in the weight-gradient
+    GEMM: TE 2.9 ``module/grouped_linear.py:300-330,419-432``): no kernel of its own.
+    """
+    e = FP32_BYTES if cfg.training.moe_router_dtype == "fp32" else ACT_BYTES
+    h = cfg.model.hidden_size
+    per = per_expert * h  # elements of one expert's output
+    cast = e != ACT_BYTES
+    for ph in ("fwd",) + (("recompute",) if recompute else ()):
+        rows.append(memory("expert_bias", per * (e + 2 + 2 * e) / 2, ph, count=2 * local))  # b * p, t + b * p
+        rows.append(memory("expert_bias_cat", local * per * 2 * e, ph))
+        if cast:
+            rows.append(memory("expert_bias_cast", local * per * (FP32_BYTES + ACT_BYTES), ph))
+    if cast:
+        rows.append(memory("expert_bias_cast.bwd", local * per * (ACT_BYTES + FP32_BYTES), "bwd"))
+    kernels = 4 + (1 if cast else 0)  # per expert: grad * p, its sum, grad * b, its sum (and the cast down)
+    per_kernel = per * (6 * e + (FP32_BYTES + ACT_BYTES if cast else 0)) / kernels
+    rows.append(memory("expert_bias.bwd", per_kernel, "bwd", count=kernels * local))
+    rows.append(memory("expert_bias_cat.bwd", local * per * 2 * ACT_BYTES, "bwd"))
 
 
 def expert_params_per_gpu(cfg: SimConfig) -> float:
