@@ -7,9 +7,10 @@ from flowsim.config.cluster import ClusterConfig
 from flowsim.config.loader import load_preset
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import get_gpu
-from flowsim.nccl_models import CommLayout, predict
+from flowsim.nccl_models import Algo, Coll, CommLayout, Proto, predict
 from flowsim.nccl_models.execution import MNNVL_BW_EFFICIENCY, network_bound
 from flowsim.nccl_models.graph import graphs_of
+from flowsim.nccl_models.tuning import cost_model, nccl_time_s
 from flowsim.network.comm_layout import group_layout
 
 # GB200: 18 NVLink5 links, 900 GB/s per direction (GB200 NVL72 spec); H100 / A100 SXM: 18 / 12 links
@@ -31,6 +32,31 @@ def test_72_gpu_ring_channels_and_nvlink_share():
     est = predict("allreduce", 8 * 2**30, CommLayout(72, 1, mnnvl=True, **GB200), algo="ring")
     assert est.busbw_Bps == pytest.approx(720e9 * MNNVL_BW_EFFICIENCY, rel=0.03)  # measured 834.6 GB/s
 
+
+def test_twenty_racks_nccl_2_26_ranks_tree_first_at_every_published_size():
+    """20 NVL72 racks (1,440 ranks, 20 NCCL nodes of 72; NVLS and CollNet off as in the CoreWeave run) under
+    NCCL 2.26.2's cost model (tuning.cc constants, research notes section 1.2-1.5): Tree first at every size the
+    20-rack file publishes, LL128 to 1 GiB and Simple from 2 GiB, with a wide margin: Ring pays 2 (n - 1) = 2,878
+    steps of latency. The measured rows' 4.4 ms fixed cost is not in either (docs/NCCL.md, Accuracy)."""
+    layout = CommLayout(1440, 20, mnnvl=True, nics_per_node=72, nic_Bps=50e9, nccl_version="2.26.2",
+                        **{**GB200, "nvls": False})
+    model = cost_model(Coll.ALLREDUCE, layout)
+    us = model.latency_s * 1e6
+    # Ring: baseLat + (2,878 - 38) NVLink steps + 2 (nNodes - 1) = 38 network steps (Simple NVLink steps at
+    # max(hwLat 3.4, 3 x netOverhead 1.0 on Arm))
+    assert us[Algo.RING, Proto.LL128] == pytest.approx(14.0 + 2840 * 1.9 + 38 * 4.0)
+    assert us[Algo.RING, Proto.SIMPLE] == pytest.approx(8.4 + 2840 * 3.4 + 38 * 14.0)
+    # Tree: 2 ((ppn - 1) NVLink hops + log2i(20) = 4 network levels)
+    assert us[Algo.TREE, Proto.LL128] == pytest.approx(14.0 + 2 * (71 * 1.25 + 4 * 8.5))
+    assert us[Algo.TREE, Proto.SIMPLE] == pytest.approx(8.4 + 2 * (71 * 4.0 + 4 * 14.0))
+    # 15 graph channels x 48 GB/s (one NIC each): Tree 0.92 x 0.5 algbw; Ring/LL128 0.92 x n / 2 (n - 1)
+    assert model.algbw_Bps[Algo.TREE, Proto.SIMPLE] == pytest.approx(15 * 48e9 * 0.92 * 0.5)
+    assert model.algbw_Bps[Algo.RING, Proto.LL128] == pytest.approx(15 * 48e9 * 0.92 * 1440 / 2878)
+    sizes = [2**k for k in range(29, 35)]  # 512 MiB .. 16 GiB, the file's rows
+    assert [(predict("allreduce", s, layout).algo, predict("allreduce", s, layout).proto) for s in sizes] == \
+        [("Tree", "LL128")] * 2 + [("Tree", "Simple")] * 4
+    ring_512m = nccl_time_s(model, layout, Algo.RING, Proto.LL128, sizes[0])
+    assert ring_512m > 3 * nccl_time_s(model, layout, Algo.TREE, Proto.LL128, sizes[0])  # 7.2 against 2.0 ms
 
 def test_mnnvl_is_a_domain_spanning_hosts():
     gpu = get_gpu("gb200")
