@@ -215,3 +215,39 @@ def test_plans_of_one_structure_share_their_routes():
     cf._PREPARED.clear()
     assert run_collective(cluster, gpu, "allreduce", 2.0**11, list(range(32)), algo="tree", proto="ll").time_s \
         == shared
+
+
+def _connected_fixed_point(n_links, own, after, focus):
+    """The slow reference of ``collective_flows._connected``: grow the kept set until no collective outside it
+    shares a link or an ``after`` ordering with one inside."""
+    n = len(own)
+    keep = np.isin(np.arange(n), list(focus))
+    while True:
+        used = np.zeros(n_links, dtype=bool)
+        for i in np.flatnonzero(keep):
+            used[own[i]] = True
+        new = keep.copy()
+        for i in range(n):
+            new[i] |= bool(used[own[i]].any()) or (after[i] is not None and keep[after[i]])
+            if after[i] is not None and keep[i]:
+                new[after[i]] = True
+        if (new == keep).all():
+            return keep
+        keep = new
+
+
+def test_connected_collectives_equal_the_fixed_point():
+    """``_connected`` (one union-find pass) keeps exactly the collectives the fixed point keeps, on random link sets,
+    orderings and focus sets."""
+    from types import SimpleNamespace
+
+    from flowsim.network.collective_flows import _connected
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n, n_links = int(rng.integers(1, 9)), int(rng.integers(1, 40))
+        own = [np.unique(rng.integers(0, n_links, int(rng.integers(0, 4)))) for _ in range(n)]
+        after = [int(rng.integers(0, i)) if i and rng.random() < 0.3 else None for i in range(n)]
+        focus = sorted(set(rng.integers(0, n, int(rng.integers(0, n + 1))).tolist()))
+        got = _connected(SimpleNamespace(n_links=n_links), [SimpleNamespace(net_links=o) for o in own], after, focus)
+        assert got.tolist() == _connected_fixed_point(n_links, own, after, focus).tolist()

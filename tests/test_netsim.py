@@ -195,6 +195,20 @@ def test_links_with_the_same_transfers_are_simulated_once(inst, data):
     assert got[3] == want[3]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 70000), st.sampled_from([0.0, -0.0, 1.0, 2.5e10, 5e10 / 3, 1e-300, 7e300])),
+                min_size=1, max_size=400, unique_by=lambda x: x[0]), st.floats(0.0, 1e12))
+def test_run_order_is_the_stable_sort_by_share_then_id(items, extra):
+    """The radix order of progressive filling's run equals numpy's sort by (key, id) (keys >= 0, -0.0 as 0.0)."""
+    from flowsim.network.maxmin_kernels import _run_order
+
+    ids = np.array([i for i, _ in items], dtype=np.int64)
+    keys = np.array([k for _, k in items])
+    keys[::3] += extra
+    got = _run_order(ids, keys)
+    assert ids[got].tolist() == ids[np.lexsort((ids, keys))].tolist()
+
+
 def test_bad_thread_count_is_one_line_error(monkeypatch):
     import flowsim.network.netsim as netsim
 

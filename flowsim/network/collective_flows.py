@@ -231,10 +231,13 @@ def _utilization(topo: Topology, link_bytes: np.ndarray, capacity: np.ndarray, t
     return tuple(out)
 
 
+@lru_cache(maxsize=16)
 def _capacity(topo: Topology) -> np.ndarray:
-    """Capacities of the topology's links as the flows see them, bytes/s (scale-out x ``NET_BW_EFFICIENCY``)."""
+    """Capacities of the topology's links as the flows see them, bytes/s (scale-out x ``NET_BW_EFFICIENCY``);
+    read-only, cached per topology (as many as :func:`cached_topology` keeps)."""
     capacity = topo.capacity_Bps.copy()
     capacity[topo.link_kind >= LinkKind.NIC_LEAF] *= NET_BW_EFFICIENCY
+    capacity.flags.writeable = False
     return capacity
 
 
@@ -334,22 +337,25 @@ def _routed(cluster: ClusterConfig, gpu: GPUSpec, topo: Topology, plan: Plan, gr
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
     """bool[n]: the collectives that can change the rates of the ``focus`` ones, i.e. those linked to them by
     a chain of shared topology links or ``after`` orderings (the others cannot: max-min rates depend only on
-    the flows of a connected component)."""
+    the flows of a connected component). One pass: union-find over the collectives, each link remembering the
+    last collective that crossed it."""
     n = len(preps)
-    own = [p.net_links for p in preps]
-    keep = np.isin(np.arange(n), list(focus))
-    while True:
-        used = np.zeros(topo.n_links, dtype=bool)
-        for i in np.flatnonzero(keep):
-            used[own[i]] = True
-        new = keep.copy()
-        for i in range(n):
-            new[i] |= bool(used[own[i]].any()) or (after[i] is not None and keep[after[i]])
-            if after[i] is not None and keep[i]:
-                new[after[i]] = True
-        if (new == keep).all():
-            return keep
-        keep = new
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner = np.full(topo.n_links, -1, dtype=np.int64)
+    for i, p in enumerate(preps):
+        seen = owner[p.net_links]
+        for j in np.unique(seen[seen >= 0]).tolist() + ([after[i]] if after[i] is not None else []):
+            parent[root(j)] = root(i)
+        owner[p.net_links] = i
+    roots = {root(i) for i in focus}
+    return np.array([root(i) in roots for i in range(n)], dtype=bool)
 
 
 def _root_dep(dep_ptr: np.ndarray, dep_idx: np.ndarray, barrier: int) -> tuple[np.ndarray, np.ndarray]:
@@ -419,7 +425,7 @@ def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float,
                                                              np.diff(p.ptr)), minlength=capacity.size)
         util = _utilization(topo, link_bytes, capacity, t)
     return FlowCollectiveResult(p.plan.op, p.est.algo, p.est.proto, p.est.size_bytes, p.plan.n_ranks, t, algbw,
-                                algbw * busbw_factor(p.plan.op, p.plan.n_ranks), tuple(float(x) for x in group_t),
+                                algbw * busbw_factor(p.plan.op, p.plan.n_ranks), tuple(group_t.tolist()),
                                 m * G, util)
 
 

@@ -76,6 +76,52 @@ def _link_csr(n_links, flow_ptr, flow_links):
 
 
 @njit(cache=True)
+def _radix_pass(src, dst, value, shift, cnt):
+    """One stable counting-sort pass of the positions ``src`` into ``dst`` by the byte ``shift`` of ``value[p]``;
+    False, ``dst`` untouched, when that byte is the same for all (the pass would keep the order)."""
+    n = src.shape[0]
+    cnt[:] = 0
+    for i in range(n):
+        cnt[((value[src[i]] >> shift) & 255) + 1] += 1
+    if cnt[((value[src[0]] >> shift) & 255) + 1] == n:
+        return False
+    for d in range(256):
+        cnt[d + 1] += cnt[d]
+    for i in range(n):
+        d = (value[src[i]] >> shift) & 255
+        dst[cnt[d]] = src[i]
+        cnt[d] += 1
+    return True
+
+
+@njit(cache=True)
+def _run_order(ids, keys):
+    """Positions of ``ids`` (distinct, >= 0) ordered by (``keys``, id), the order of a stable sort of the keys of
+    the ids sorted: a least-significant-digit radix sort, bytes of the id first, then of the key (finite and
+    >= 0, whose float64 bit patterns order as the values once -0.0 is made 0.0); O(n) per byte, where numba's
+    comparison sorts took most of a window's first fill (70,000 links: 9 ms to sort, 2 to fill)."""
+    n = ids.shape[0]
+    pos = np.arange(n)
+    if n < 2:
+        return pos
+    tmp = np.empty(n, dtype=np.int64)
+    cnt = np.empty(257, dtype=np.int64)
+    top = 0
+    for i in range(n):
+        top = max(top, ids[i])
+    shift = 0
+    while (top >> shift) > 0:
+        if _radix_pass(pos, tmp, ids, shift, cnt):
+            pos, tmp = tmp, pos
+        shift += 8
+    bits = (keys + 0.0).view(np.int64)
+    for shift in range(0, 64, 8):
+        if _radix_pass(pos, tmp, bits, shift, cnt):
+            pos, tmp = tmp, pos
+    return pos
+
+
+@njit(cache=True)
 def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
           n_touched, state, heap, hkey, pos, bott):
     """Progressive filling of the flows marked unfrozen, on the residual capacities given.
@@ -130,23 +176,27 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
     # heap over all of them, so the rates are the same. A few links: all in the heap (no sort to pay for).
     size = 0
     n_run = 0
-    ids = np.empty(n_touched if n_touched >= FILL_RUN_MIN_LINKS else 0, dtype=np.int64)
-    for i in range(n_touched):
-        l = touched[i]
-        if state[l, 2] > 0.0:
-            if n_touched >= FILL_RUN_MIN_LINKS:
+    if n_touched >= FILL_RUN_MIN_LINKS:
+        ids = np.empty(n_touched, dtype=np.int64)
+        for i in range(n_touched):
+            l = touched[i]
+            if state[l, 2] > 0.0:
                 ids[n_run] = l
                 n_run += 1
-            else:
+        keys = np.empty(n_run)
+        for i in range(n_run):
+            l = ids[i]
+            keys[i] = max(state[l, 0], 0.0) / state[l, 1]
+        order = _run_order(ids[:n_run], keys)  # by share, equal shares in increasing id
+        run = ids[order]
+        run_key = keys[order]
+    else:  # no run: empty views of the scratch (a local re-solve's fills allocate nothing)
+        run = touched[:0]
+        run_key = hkey[:0]
+        for i in range(n_touched):
+            l = touched[i]
+            if state[l, 2] > 0.0:
                 size = _heap_push(heap, hkey, pos, size, l, max(state[l, 0], 0.0) / state[l, 1])
-    ids = np.sort(ids[:n_run])
-    keys = np.empty(n_run)
-    for i in range(n_run):
-        l = ids[i]
-        keys[i] = max(state[l, 0], 0.0) / state[l, 1]
-    order = np.argsort(keys, kind="mergesort")  # stable: equal shares stay in increasing id
-    run = ids[order]
-    run_key = keys[order]
     p = 0
     level = 0.0
     while p < n_run or size > 0:
