@@ -90,7 +90,7 @@ def _gemm_loo() -> list:
 
 def _gemm_shape_rows() -> list:
     t = load_table("gemm_release")
-    ceilings = ceiling_rows()
+    ceilings = ceiling_rows().frame()
     out = []
     for r in t.itertuples():
         ceiling = ceilings[(ceilings.gpu == r.gpu) & (ceilings.release == r.release)
@@ -106,9 +106,9 @@ def _gemm_shape_rows() -> list:
 
 def _sustained_loo() -> list:
     out = []
-    for r in sustained_pairs().itertuples():
+    for r in sustained_pairs().frame().itertuples():
         gpu = get_gpu(r.gpu)
-        rows = ceiling_rows()
+        rows = ceiling_rows().frame()
         best = rows[(rows.gpu == r.gpu) & (rows.mdt == r.mdt) & (rows["load"] == "sustained")]
         best = best.loc[best.tflops.idxmax()]
         shape = best_shape_efficiency([best.m], [best.n], [best.k], [1], gpu.sm_count, tiles_for(gpu))[0]

@@ -40,7 +40,7 @@ import numpy as np
 
 from flowsim.gpu_specs import GPUSpec, get_gpu
 from flowsim.kernels.reference import Candidate, Reference, choose_reference
-from flowsim.kernels.tables import load_table
+from flowsim.kernels.tables import table
 from flowsim.units import TFLOP
 
 IMPLS = ("fa2", "fa3", "cudnn")
@@ -72,8 +72,8 @@ def attention_bytes(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, 
 def attention_reference(gpu: GPUSpec, impl: str = "fa2") -> Reference:
     """The measured GPU whose ``impl`` attention tables price attention on ``gpu`` (the GPUs measured with
     ``impl``, anchors included, picked by the cross-GPU rule)."""
-    t = load_table("flash_attention")
-    return _choose(gpu, sorted(set(t["gpu"][t["impl"] == impl])))
+    t = table("flash_attention")
+    return _choose(gpu, sorted(set(t.gpu[t.impl == impl])))
 
 
 def _choose(gpu: GPUSpec, keys: list) -> Reference:
@@ -83,9 +83,9 @@ def _choose(gpu: GPUSpec, keys: list) -> Reference:
 
 def _full_grid_gpus(impl: str) -> list:
     """GPUs with ``impl`` rows for both causal flags (a full grid, not an anchor)."""
-    t = load_table("flash_attention")
-    t = t[t["impl"] == impl]
-    return sorted(k for k, sub in t.groupby("gpu") if set(sub["causal"]) == {0, 1})
+    t = table("flash_attention")
+    t = t[t.impl == impl]
+    return sorted(k for k in set(t.gpu) if set(t.causal[t.gpu == k]) == {0, 1})
 
 
 def fp16_peak(gpu: GPUSpec) -> float:
@@ -108,25 +108,45 @@ def efficiency_grid(measured_key: str, impl: str, pass_: str, causal: bool):
         base = _choose(get_gpu(measured_key), _full_grid_gpus(impl)).measured
         head_dims, log2_seq, eff = efficiency_grid(base, impl, pass_, causal)
         return head_dims, log2_seq, eff * anchor_scale(measured_key, base, impl)
-    t = load_table("flash_attention")
-    t = t[(t["gpu"] == measured_key) & (t["causal"] == int(causal))]
+    t = table("flash_attention")
+    t = t[(t.gpu == measured_key) & (t.causal == int(causal))]
     peak_tflops = get_gpu(measured_key).peak(MEASURED_DTYPE) / TFLOP
 
-    def table(impl_, pass__):
-        sub = t[(t["impl"] == impl_) & (t["pass"] == pass__)]
-        return sub.pivot(index="head_dim", columns="seq_len", values="tflops").astype(float)
+    def grid_of(impl_, pass__):
+        sub = t[(t.impl == impl_) & (t["pass"] == pass__)]
+        return _pivot(sub.head_dim, sub.seq_len, sub.tflops)
 
-    fwd_bwd = table("fa2", "fwd_bwd")
+    fwd_bwd = grid_of("fa2", "fwd_bwd")
     if pass_ == "fwd":
-        fwd = table(impl, "fwd")
-        assert impl == "fa2" or not fwd.empty, "fa3 and cudnn are priced from GPUs with their forward rows"
-        grid = fwd if not fwd.empty else fwd_bwd
+        fwd = grid_of(impl, "fwd")
+        assert impl == "fa2" or fwd[2].size, "fa3 and cudnn are priced from GPUs with their forward rows"
+        head_dims, seqs, tflops = fwd if fwd[2].size else fwd_bwd
     else:  # FA3 and cuDNN have no backward measurement: every implementation uses FA2's backward
-        fwd = table("fa2", "fwd")
-        common = fwd_bwd.index.intersection(fwd.index)
-        grid = fwd_bwd.copy()
-        grid.loc[common] = BWD_FLOP_RATIO / (FWD_BWD_FLOP_RATIO / fwd_bwd.loc[common] - 1.0 / fwd.loc[common])
-    return grid.index.to_numpy(float), np.log2(grid.columns.to_numpy(float)), grid.to_numpy() / peak_tflops
+        fwd = grid_of("fa2", "fwd")
+        head_dims, seqs, tflops = fwd_bwd
+        tflops = tflops.copy()
+        rows = np.flatnonzero(np.isin(head_dims, fwd[0]))  # head dims measured both ways
+        if rows.size:
+            fwd_rows = np.searchsorted(fwd[0], head_dims[rows])
+            fwd_cols = np.minimum(np.searchsorted(fwd[1], seqs), fwd[1].size - 1)
+            # a sequence length without a forward figure has no backward one (NaN), as column alignment gives
+            has_fwd = fwd[1][fwd_cols] == seqs
+            f = np.full((rows.size, seqs.size), np.nan)
+            f[:, has_fwd] = fwd[2][fwd_rows[:, None], fwd_cols[has_fwd][None, :]]
+            tflops[rows] = BWD_FLOP_RATIO / (FWD_BWD_FLOP_RATIO / tflops[rows] - 1.0 / f)
+    return head_dims.astype(float), np.log2(seqs.astype(float)), tflops / peak_tflops
+
+
+def _pivot(head_dim, seq_len, tflops):
+    """(sorted head dims, sorted sequence lengths, float64[n_hd, n_seq] TFLOP/s with NaN where not measured)
+    of one measured grid; a (head dim, sequence length) measured twice is an error."""
+    head_dims, rows = np.unique(head_dim, return_inverse=True)
+    seqs, cols = np.unique(seq_len, return_inverse=True)
+    grid = np.full((head_dims.size, seqs.size), np.nan)
+    if np.unique(rows * seqs.size + cols).size < rows.size:
+        raise ValueError("flash_attention: a (head_dim, seq_len) cell is measured twice")
+    grid[rows, cols] = tflops
+    return head_dims, seqs, grid
 
 
 def interpolate_efficiency(grid, head_dim, seq_k) -> np.ndarray:
@@ -161,17 +181,17 @@ def anchor_scale(anchor_key: str, base_key: str, impl: str) -> float:
     """Level of an anchor GPU's ``impl`` attention over its base GPU's: geometric mean over the anchor's
     (fwd+bwd) rows of measured efficiency / the base's fwd+bwd efficiency at the same head dim, sequence length
     and mask (module docstring)."""
-    t = load_table("flash_attention")
-    own = t[(t["gpu"] == anchor_key) & (t["impl"] == impl)]
+    t = table("flash_attention")
+    own = t[(t.gpu == anchor_key) & (t.impl == impl)]
     assert (own["pass"] == "fwd_bwd").all(), "anchor rows are fwd+bwd figures"
-    base = t[(t["gpu"] == base_key) & (t["impl"] == impl) & (t["pass"] == "fwd_bwd")]
+    base = t[(t.gpu == base_key) & (t.impl == impl) & (t["pass"] == "fwd_bwd")]
     peak_own = get_gpu(anchor_key).peak(MEASURED_DTYPE) / TFLOP
     peak_base = get_gpu(base_key).peak(MEASURED_DTYPE) / TFLOP
     ratios = []
-    for r in own.itertuples():
-        sub = base[base["causal"] == r.causal]
-        grid = sub.pivot(index="head_dim", columns="seq_len", values="tflops").astype(float)
-        eff = interpolate_efficiency((grid.index.to_numpy(float), np.log2(grid.columns.to_numpy(float)),
-                                      grid.to_numpy() / peak_base), [r.head_dim], [r.seq_len])[0]
-        ratios.append((r.tflops / peak_own) / eff)
+    for causal, head_dim, seq_len, tflops in zip(own.causal, own.head_dim, own.seq_len, own.tflops):
+        sub = base[base.causal == causal]
+        head_dims, seqs, grid = _pivot(sub.head_dim, sub.seq_len, sub.tflops)
+        eff = interpolate_efficiency((head_dims.astype(float), np.log2(seqs.astype(float)), grid / peak_base),
+                                     [head_dim], [seq_len])[0]
+        ratios.append((tflops / peak_own) / eff)
     return float(np.exp(np.mean(np.log(ratios))))

@@ -202,7 +202,7 @@ def _parameter(i: int, p) -> Parameter:
         raise ConfigError(f"{where}.name", f"unknown parameter; known: {', '.join(PARAMETERS)}", p["name"])
     if p["arch"] not in spec.scopes:
         raise ConfigError(f"{where}.arch", f"must be one of {', '.join(spec.scopes)} for {spec.name}", p["arch"])
-    families = set(releases()["family"]) - {"benchmark"}
+    families = {r.family for r in releases().values()} - {"benchmark"}
     if p["family"] not in families:
         raise ConfigError(f"{where}.family", f"must be one of {', '.join(sorted(families))}", p["family"])
     rng = p["range"]
@@ -247,7 +247,7 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
         on ``gpu.arch`` (:func:`flowsim.kernels.stack.attention_kernel`). ``sustained`` = True: a training
         step keeps the GPU at its power limit (:mod:`flowsim.kernels.sustained`).
     """
-    if not software_release and framework_version.strip().lower() in releases().index:
+    if not software_release and framework_version.strip().lower() in releases():
         software_release = framework_version
     scale = 1.0
     if calibration_on(calibration) and software_release:
@@ -270,7 +270,7 @@ def host_scale(calibration: str, software_release: str, framework_version: str, 
     cpu : str
         Host CPU family (config ``cluster.cpu``: intel, amd, arm).
     """
-    if not software_release and framework_version.strip().lower() in releases().index:
+    if not software_release and framework_version.strip().lower() in releases():
         software_release = framework_version
     if not (calibration_on(calibration) and software_release):
         return 1.0

@@ -73,7 +73,7 @@ def read_db(path) -> pd.DataFrame:
     ConfigError
         Missing source (``<file>: source``), missing column or unknown op.
     """
-    df = read_measurement_csv(path)
+    df = read_measurement_csv(path).frame()
     missing = [c for c in DB_COLUMNS if c not in df.columns and c not in _OPTIONAL_COLUMNS]
     if missing:
         raise ConfigError(f"{path}: {missing[0]}", "column is required in a kernel-DB file")
@@ -117,7 +117,7 @@ def _release_gemm_rows() -> pd.DataFrame:
             "op": "gemm", "impl": "cublaslt", "gpu": t.gpu, "dtype": t["dtype"], "m": t.m, "n": t.n, "k": t.k,
             "flops": flops, "bytes": nbytes, "time_s": flops / rate, "achieved_flop_per_s": rate,
             "achieved_Bps": nbytes * rate / flops, "bottleneck": "compute", "source": t.source,
-            "date": releases().loc[t.release, "date"].to_numpy(), "stack": t.release,
+            "date": [releases()[k].date for k in t.release], "stack": t.release,
         }
     )
 
@@ -150,7 +150,7 @@ def _attention_rows() -> pd.DataFrame:
             "batch": t.batch, "heads": t.heads, "seq_q": t.seq_len, "seq_k": t.seq_len, "head_dim": t.head_dim,
             "causal": t.causal.astype(bool), "flops": flops, "bytes": nbytes, "time_s": flops / rate,
             "achieved_flop_per_s": rate, "achieved_Bps": nbytes * rate / flops, "bottleneck": "compute",
-            "source": t.source, "date": releases().loc[t["stack"], "date"].to_numpy(), "stack": t["stack"],
+            "source": t.source, "date": [releases()[k].date for k in t["stack"]], "stack": t["stack"],
         }
     )
 

@@ -39,13 +39,12 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec, get_gpu
 from flowsim.kernels.reference import Candidate, Reference, choose_reference
 from flowsim.kernels.stack import releases
-from flowsim.kernels.tables import load_table
+from flowsim.kernels.tables import Table, table
 from flowsim.units import DTYPE_BYTES, TFLOP, US
 
 # Output-tile shapes (tm, tn, SMs per tile): the 128/256-wide tensor-core tiles of CUTLASS's SM80/SM90 kernel
@@ -157,9 +156,10 @@ def peak_dtype(dtype: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def ceiling_rows() -> pd.DataFrame:
+def ceiling_rows() -> Table:
     """Every measured GEMM that sets a ceiling: ``gemm_mamf`` rows and the fastest ``gemm_release`` shape of each
-    (gpu, dtype, release), in one frame.
+    (gpu, dtype, release; the first such row on a tie), in one table: the MAMF rows in file order, then the
+    release rows by (gpu, dtype, release).
 
     Columns: gpu, mdt (measurement dtype, :func:`mamf_dtype`), tflops, m, n, k, release (a key of
     ``software_releases``; a MAMF row's stack is ``pytorch-<torch_version>``), load (``burst`` or ``sustained``,
@@ -170,29 +170,35 @@ def ceiling_rows() -> pd.DataFrame:
     ConfigError
         A row whose release is not in ``software_releases``, or whose load is not one of ``LOADS``.
     """
-    mamf = load_table("gemm_mamf")
-    extra = load_table("gemm_release")
-    extra = extra.loc[extra.groupby(["gpu", "dtype", "release"])["tflops"].idxmax()]  # fastest shape per stack
-    rows = pd.concat([
-        pd.DataFrame({"gpu": mamf.gpu, "mdt": mamf["dtype"].map(mamf_dtype), "tflops": mamf.mamf_tflops,
-                      "m": mamf.best_m, "n": mamf.best_n, "k": mamf.best_k,
-                      "release": "pytorch-" + mamf.torch_version.astype(str), "load": mamf["load"],
-                      "table": "gemm_mamf"}),
-        pd.DataFrame({"gpu": extra.gpu, "mdt": extra["dtype"].map(mamf_dtype), "tflops": extra.tflops,
-                      "m": extra.m, "n": extra.n, "k": extra.k, "release": extra.release,
-                      "load": extra["load"], "table": "gemm_release"}),
-    ], ignore_index=True)
-    bad = ~rows["load"].isin(LOADS)
-    if bad.any():
-        r = rows[bad].iloc[0]
-        raise ConfigError(f"{r.table}: load", f"must be one of {', '.join(LOADS)}", r["load"])
+    mamf = table("gemm_mamf")
+    extra = table("gemm_release")
+    fastest = {}  # (gpu, dtype, release) -> row of its fastest shape
+    for i, key in enumerate(zip(extra.gpu, extra["dtype"], extra.release)):
+        if key not in fastest or extra.tflops[i] > extra.tflops[fastest[key]]:
+            fastest[key] = i
+    extra = extra[np.array([fastest[key] for key in sorted(fastest)], dtype=np.int64)]
+    parts = [
+        {"gpu": mamf.gpu, "mdt": [mamf_dtype(d) for d in mamf["dtype"]], "tflops": mamf.mamf_tflops,
+         "m": mamf.best_m, "n": mamf.best_n, "k": mamf.best_k,
+         "release": ["pytorch-" + str(v) for v in mamf.torch_version], "load": mamf["load"],
+         "table": ["gemm_mamf"] * len(mamf)},
+        {"gpu": extra.gpu, "mdt": [mamf_dtype(d) for d in extra["dtype"]], "tflops": extra.tflops,
+         "m": extra.m, "n": extra.n, "k": extra.k, "release": extra.release, "load": extra["load"],
+         "table": ["gemm_release"] * len(extra)},
+    ]
+    rows = Table({c: np.concatenate([np.asarray(p[c], dtype=object if c in _TEXT else None) for p in parts])
+                  for c in parts[0]}, "ceiling_rows")
+    for load, tab in zip(rows["load"], rows.table):
+        if load not in LOADS:
+            raise ConfigError(f"{tab}: load", f"must be one of {', '.join(LOADS)}", load)
     rel = releases()
-    unknown = ~rows.release.isin(rel.index)
-    if unknown.any():
-        r = rows[unknown].iloc[0]
-        raise ConfigError(f"{r.table}: release", "must be a key of software_releases.csv", r.release)
-    rows["date"] = rel.loc[rows.release, "date"].to_numpy()
-    return rows
+    for rel_key, tab in zip(rows.release, rows.table):
+        if rel_key not in rel:
+            raise ConfigError(f"{tab}: release", "must be a key of software_releases.csv", rel_key)
+    return rows.with_columns(date=np.array([rel[k].date for k in rows.release], dtype=object))
+
+
+_TEXT = ("gpu", "mdt", "release", "load", "table")
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,7 +206,7 @@ def gemm_reference(gpu: GPUSpec, dtype: str) -> Reference:
     """The measured GPU whose GEMM ceiling prices ``dtype`` GEMMs on ``gpu`` (see flowsim.kernels.reference)."""
     mdt = mamf_dtype(dtype)
     rows = ceiling_rows()
-    keys = sorted(set(rows.loc[rows["mdt"] == mdt, "gpu"]))
+    keys = sorted(set(rows.gpu[rows.mdt == mdt]))
     cands = [Candidate.of_gpu(get_gpu(k_), get_gpu(k_).peak(mdt)) for k_ in keys]
     table = "gemm_mamf" if mdt in ("bf16", "fp8") else "gemm_release"
     return choose_reference(gpu, gpu.peak(peak_dtype(dtype)), cands, table, mdt)
@@ -247,18 +253,17 @@ def gemm_ceiling(measured_key: str, mdt: str, release: str = "") -> Ceiling:
         older release, else of the nearest newer one.
     """
     rows = ceiling_rows()
-    rows = rows[(rows.gpu == measured_key) & (rows.mdt == mdt)].sort_values(["date", "table"])
+    rows = rows[(rows.gpu == measured_key) & (rows.mdt == mdt)].sort("date", "table")
     fallback = ""
     if not release:
-        row = rows.iloc[-1]
+        i = len(rows) - 1
     elif (rows.release == release).any():
-        row = rows[rows.release == release].iloc[-1]
+        i = int(np.flatnonzero(rows.release == release)[-1])
     else:
-        date = releases().loc[release, "date"]
-        older = rows[rows.date <= date]
-        row, fallback = (older.iloc[-1], "older") if len(older) else (rows.iloc[0], "newer")
-    value = measured_ceiling(measured_key, mdt, row.m, row.n, row.k, row.tflops)
-    return Ceiling(value, row.release, row.date, fallback, row["load"])
+        older = np.flatnonzero(rows.date <= releases()[release].date)
+        i, fallback = (int(older[-1]), "older") if older.size else (0, "newer")
+    value = measured_ceiling(measured_key, mdt, rows.m[i], rows.n[i], rows.k[i], rows.tflops[i])
+    return Ceiling(value, rows.release[i], rows.date[i], fallback, rows["load"][i])
 
 
 def measured_ceiling(measured_key: str, mdt: str, m: int, n: int, k: int, tflops: float) -> float:
@@ -274,7 +279,7 @@ def measured_ceiling(measured_key: str, mdt: str, m: int, n: int, k: int, tflops
 @functools.lru_cache(maxsize=None)
 def latency_reference(gpu: GPUSpec) -> Reference:
     """The measured GPU whose GEMM launch latency applies to ``gpu`` (similarity: bf16/fp16 peak)."""
-    keys = sorted(load_table("gemm_latency")["gpu"])
+    keys = sorted(table("gemm_latency").gpu)
     cands = [Candidate.of_gpu(get_gpu(k), _half_peak(get_gpu(k))) for k in keys]
     return choose_reference(gpu, _half_peak(gpu), cands, "gemm_latency", "-")
 
@@ -286,18 +291,17 @@ def _half_peak(gpu: GPUSpec) -> float:
 @functools.lru_cache(maxsize=None)
 def gemm_latency_s(measured_key: str) -> float:
     """Fixed GEMM launch latency of a measured GPU (derivation in the module docstring), seconds."""
-    t = load_table("gemm_latency")
-    r = t[t["gpu"] == measured_key].iloc[0]
+    t = table("gemm_latency")
+    r = t[t.gpu == measured_key].rows()[0]
     gpu = get_gpu(measured_key)
-    dtype = r["dtype"]  # not r.dtype: that is the Series dtype
-    ideal = max(2.0 * r.m * r.n * r.k * r.batch / gpu.peak(dtype),
-                float(gemm_bytes(r.m, r.n, r.k, r.batch, dtype)) / gpu.hbm_Bps)
-    return float(r.time_us * US - ideal)
+    m, n, k, batch, dtype = r["m"], r["n"], r["k"], r["batch"], r["dtype"]
+    ideal = max(2.0 * m * n * k * batch / gpu.peak(dtype), float(gemm_bytes(m, n, k, batch, dtype)) / gpu.hbm_Bps)
+    return float(r["time_us"] * US - ideal)
 
 
 @functools.lru_cache(maxsize=None)
 def mamf_ceiling(measured_key: str, mdt: str) -> float:
     """Ceiling from a measured GPU's ``gemm_mamf`` row (formula in the module docstring), dimensionless."""
-    rows = load_table("gemm_mamf")
-    row = rows[(rows["gpu"] == measured_key) & (rows["dtype"] == mdt)].iloc[0]
-    return measured_ceiling(measured_key, mdt, row.best_m, row.best_n, row.best_k, row.mamf_tflops)
+    rows = table("gemm_mamf")
+    row = rows[(rows.gpu == measured_key) & (rows["dtype"] == mdt)].rows()[0]
+    return measured_ceiling(measured_key, mdt, row["best_m"], row["best_n"], row["best_k"], row["mamf_tflops"])

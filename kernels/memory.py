@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from flowsim.gpu_specs import GPUSpec, get_gpu
 from flowsim.kernels.reference import Candidate, Reference, choose_reference
-from flowsim.kernels.tables import load_table
+from flowsim.kernels.tables import table
 from flowsim.units import GB, US
 
 
 def _candidates() -> list[Candidate]:
-    t = load_table("hbm_stream")
-    return [
-        Candidate(r.gpu if isinstance(r.gpu, str) and r.gpu else r.device, r.arch, r.vendor, r.spec_GBps * GB)
-        for r in t.itertuples()
-    ]
+    t = table("hbm_stream")
+    return [Candidate(gpu if isinstance(gpu, str) and gpu else device, arch, vendor, spec * GB)
+            for gpu, device, arch, vendor, spec in zip(t.gpu, t.device, t.arch, t.vendor, t.spec_GBps)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,14 +37,14 @@ def memory_reference(gpu: GPUSpec) -> Reference:
 @functools.lru_cache(maxsize=None)
 def stream_efficiency(measured: str) -> float:
     """``max(scale, triad) / spec`` of a measured device (a flowsim key or the table's device name)."""
-    t = load_table("hbm_stream")
-    row = t[(t["gpu"] == measured) | (t["device"] == measured)].iloc[0]
-    return float(max(row.scale_GBps, row.triad_GBps) / row.spec_GBps)
+    t = table("hbm_stream")
+    i = int(np.flatnonzero((t.gpu == measured) | (t.device == measured))[0])
+    return float(max(t.scale_GBps[i], t.triad_GBps[i]) / t.spec_GBps[i])
 
 
 def memory_latency_candidates() -> list[Candidate]:
     """The GPUs of table ``memory_latency`` as reference candidates (similarity figure: HBM bandwidth, B/s)."""
-    return [Candidate.of_gpu(get_gpu(k), get_gpu(k).hbm_Bps) for k in sorted(load_table("memory_latency")["gpu"])]
+    return [Candidate.of_gpu(get_gpu(k), get_gpu(k).hbm_Bps) for k in sorted(table("memory_latency").gpu)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,5 +56,5 @@ def memory_latency_reference(gpu: GPUSpec) -> Reference:
 @functools.lru_cache(maxsize=None)
 def memory_latency_s(measured_key: str) -> float:
     """Fixed time of a memory-bound launch on a measured GPU (table ``memory_latency``), seconds."""
-    t = load_table("memory_latency")
-    return float(t.loc[t["gpu"] == measured_key, "latency_us"].iloc[0] * US)
+    t = table("memory_latency")
+    return float(t.latency_us[t.gpu == measured_key][0] * US)

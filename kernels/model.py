@@ -26,7 +26,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pandas as pd
 
 from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.gpu_specs import GPUSpec
@@ -54,14 +53,15 @@ from flowsim.units import DTYPE_BYTES
 # 1.344 us and 1.984 us minima). A launch takes at least this long on the GPU.
 KERNEL_MIN_TIME_S = 0.896e-6
 
-def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = None,
+def op_times(ops, gpu: GPUSpec, attention_impl: str | None = None,
              stack: KernelStack | None = None, *, trusted: bool = False) -> np.ndarray:
     """Seconds for one launch of each op in an op table, vectorised.
 
     Parameters
     ----------
-    ops : pandas.DataFrame
-        Op table, schema in :mod:`flowsim.kernels.ops` (``OP_COLUMNS``).
+    ops : pandas.DataFrame or dict
+        Op table, schema in :mod:`flowsim.kernels.ops` (``OP_COLUMNS``); with ``trusted``, any mapping of those
+        columns to arrays (flowsim's own op tables, :attr:`flowsim.model.workload.Workload.op_table`).
     gpu : GPUSpec
         The GPU (``flowsim.gpu_specs.get_gpu``).
     attention_impl : {"fa2", "fa3", "cudnn"}, optional
@@ -97,8 +97,7 @@ def op_times(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = None,
     return _price(ops, gpu, attention_impl, stack, trusted)["time_s"]
 
 
-def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = None,
-                 stack: KernelStack | None = None) -> pd.DataFrame:
+def op_breakdown(ops, gpu: GPUSpec, attention_impl: str | None = None, stack: KernelStack | None = None):
     """Like :func:`op_times`, with the roofline terms: one row per op, index of ``ops``.
 
     Parameters
@@ -121,6 +120,8 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = N
         (the fixed latency or the launch floor is the largest term); ``flops`` (FLOP) and ``bytes`` used;
         ``achieved_flop_per_s`` = flops / time_s.
     """
+    import pandas as pd
+
     p = _price(ops, gpu, attention_impl, stack)
     df = pd.DataFrame(p, index=ops.index)
     fixed = np.maximum(p["latency_s"], np.where(p["time_s"] == KERNEL_MIN_TIME_S, KERNEL_MIN_TIME_S, 0.0))
@@ -133,19 +134,19 @@ def op_breakdown(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None = N
     return df[["time_s", "compute_s", "memory_s", "latency_s", "bound", "flops", "bytes", "achieved_flop_per_s"]]
 
 
-def _trusted_columns(ops: pd.DataFrame) -> dict:
-    """:func:`~flowsim.kernels.ops.validate_ops`'s output for a table flowsim built (``op_times(trusted=True)``),
-    read without its checks."""
-    out = {c: ops[c].to_numpy(dtype=object) for c in ("kind", "dtype")}
-    out.update({c: ops[c].to_numpy(dtype=np.int64) for c in SHAPE_COLUMNS})
-    out.update(causal=ops["causal"].to_numpy(dtype=bool), flops=ops["flops"].to_numpy(dtype=np.float64),
-               bytes=ops["bytes"].to_numpy(dtype=np.float64))
+def _trusted_columns(ops) -> dict:
+    """:func:`~flowsim.kernels.ops.validate_ops`'s output for a table flowsim built (``op_times(trusted=True)``;
+    a DataFrame or a mapping of its columns), read without its checks."""
+    out = {c: np.asarray(ops[c], dtype=object) for c in ("kind", "dtype")}
+    out.update({c: np.asarray(ops[c], dtype=np.int64) for c in SHAPE_COLUMNS})
+    out.update(causal=np.asarray(ops["causal"], dtype=bool), flops=np.asarray(ops["flops"], dtype=np.float64),
+               bytes=np.asarray(ops["bytes"], dtype=np.float64))
     out["batch"] = np.where(out["batch"] == 0, 1, out["batch"])
     out["kv_heads"] = np.where(out["kv_heads"] == 0, out["heads"], out["kv_heads"])
     return out
 
 
-def _price(ops: pd.DataFrame, gpu: GPUSpec, attention_impl: str | None, stack: KernelStack | None,
+def _price(ops, gpu: GPUSpec, attention_impl: str | None, stack: KernelStack | None,
            trusted: bool = False) -> dict:
     """Roofline terms of every op: dict of float64 arrays time_s, compute_s, memory_s, latency_s, flops, bytes."""
     stack = DEFAULT_STACK if stack is None else stack
@@ -298,6 +299,8 @@ def gemm_time(m: int, n: int, k: int, dtype: str, gpu: GPUSpec, batch: int = 1,
     >>> round(2 * 8192**3 / gemm_time(8192, 8192, 8192, "bf16", get_gpu("h100-sxm")) / 1e12)
     824
     """
+    import pandas as pd
+
     ops = pd.DataFrame({"kind": ["gemm"], "dtype": [dtype], "m": [m], "n": [n], "k": [k], "batch": [batch]})
     return float(op_times(ops, gpu, stack=stack)[0])
 
@@ -343,6 +346,8 @@ def attention_time(
     float
         Seconds.
     """
+    import pandas as pd
+
     ops = pd.DataFrame(
         {
             "kind": ["attn_bwd" if backward else "attn_fwd"], "dtype": [dtype], "batch": [batch], "heads": [heads],
@@ -368,6 +373,8 @@ def memory_time(nbytes: float, gpu: GPUSpec) -> float:
         ``max(latency + nbytes / (hbm_Bps * eff_m), KERNEL_MIN_TIME_S)`` seconds (``latency``: the fixed time
         of a memory-bound launch, table ``memory_latency``).
     """
+    import pandas as pd
+
     ops = pd.DataFrame({"kind": ["memory"], "dtype": ["bf16"], "bytes": [nbytes]})
     return float(op_times(ops, gpu)[0])
 

@@ -26,7 +26,6 @@ bytes         float     HBM bytes read + written by one launch; 0 = derived from
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from flowsim.errors import ConfigError
 
@@ -40,7 +39,7 @@ _GEMM_DIMS = ("m", "n", "k")
 _ATTN_DIMS = ("heads", "seq_q", "seq_k", "head_dim")
 
 
-def validate_ops(ops: pd.DataFrame) -> dict:
+def validate_ops(ops) -> dict:
     """Check an op table and return its columns as numpy arrays (defaults filled in).
 
     Parameters
@@ -61,6 +60,8 @@ def validate_ops(ops: pd.DataFrame) -> dict:
         infinite, negative or fractional value, a dimension that must be >= 1 for the row's kind (an empty cell
         counts as 0), or a ``causal`` value that is not a boolean.
     """
+    import pandas as pd
+
     if not isinstance(ops, pd.DataFrame):
         raise ConfigError("ops", "must be a pandas DataFrame", type(ops).__name__)
     n_rows = len(ops)
@@ -88,7 +89,9 @@ def validate_ops(ops: pd.DataFrame) -> dict:
     return out
 
 
-def _numeric(ops: pd.DataFrame, col: str, n_rows: int, integer: bool) -> np.ndarray:
+def _numeric(ops, col: str, n_rows: int, integer: bool) -> np.ndarray:
+    import pandas as pd
+
     if col not in ops.columns:
         return np.zeros(n_rows, dtype=np.int64 if integer else np.float64)
     raw = ops[col]
@@ -104,7 +107,7 @@ def _numeric(ops: pd.DataFrame, col: str, n_rows: int, integer: bool) -> np.ndar
     return vals.astype(np.int64) if integer else vals
 
 
-def _boolean(ops: pd.DataFrame, col: str, n_rows: int) -> np.ndarray:
+def _boolean(ops, col: str, n_rows: int) -> np.ndarray:
     if col not in ops.columns:
         return np.zeros(n_rows, dtype=bool)
     if ops[col].dtype == bool:
@@ -117,7 +120,7 @@ def _boolean(ops: pd.DataFrame, col: str, n_rows: int) -> np.ndarray:
     return vals.astype(bool)
 
 
-def _where(ops: pd.DataFrame, vals: np.ndarray, bad: np.ndarray) -> str:
+def _where(ops, vals: np.ndarray, bad: np.ndarray) -> str:
     i = int(np.argmax(bad))
     value = vals[i].item() if isinstance(vals[i], np.generic) else vals[i]
     return f"{value!r} in row {ops.index[i]!r}"

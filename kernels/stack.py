@@ -39,8 +39,6 @@ import math
 import re
 from dataclasses import dataclass
 
-import pandas as pd
-
 from flowsim.errors import ConfigError
 from flowsim.kernels.tables import DATA_DIR, read_measurement_csv
 
@@ -66,25 +64,26 @@ class Release:
 
 
 @functools.lru_cache(maxsize=None)
-def releases() -> pd.DataFrame:
-    """The ``software_releases`` table, indexed by release key (cached; treat as read-only).
+def releases() -> dict:
+    """The ``software_releases`` table: release key -> :class:`Release`, in file order (cached; read-only).
 
     Raises
     ------
     ConfigError
         A row without a source, a date not in ``YYYY-MM`` form, or a key listed twice.
     """
-    t = read_measurement_csv(DATA_DIR / RELEASES_FILE)
-    for r in t.itertuples():
-        if not _DATE.match(str(r.date)):
-            raise ConfigError(f"{RELEASES_FILE}: date", "must be YYYY-MM", f"{r.date!r} for {r.release}")
-        if r.attention not in ATTENTION_LIBRARIES:
+    out = {}
+    for r in read_measurement_csv(DATA_DIR / RELEASES_FILE).rows():
+        key = r["release"]
+        if not _DATE.match(str(r["date"])):
+            raise ConfigError(f"{RELEASES_FILE}: date", "must be YYYY-MM", f"{r['date']!r} for {key}")
+        if r["attention"] not in ATTENTION_LIBRARIES:
             raise ConfigError(f"{RELEASES_FILE}: attention", f"must be one of {', '.join(ATTENTION_LIBRARIES)}",
-                              f"{r.attention!r} for {r.release}")
-    dup = t["release"][t["release"].duplicated()]
-    if len(dup):
-        raise ConfigError(f"{RELEASES_FILE}: release", "listed twice", dup.iloc[0])
-    return t.set_index("release", drop=False)
+                              f"{r['attention']!r} for {key}")
+        if key in out:
+            raise ConfigError(f"{RELEASES_FILE}: release", "listed twice", key)
+        out[key] = Release(key, r["date"], r["family"], r["stack"], r["attention"], r["source"])
+    return out
 
 
 def release(key: str) -> Release:
@@ -97,11 +96,10 @@ def release(key: str) -> Release:
     """
     t = releases()
     k = str(key).strip().lower()
-    if k not in t.index:
-        known = ", ".join(t.index[t["family"] != "benchmark"])
+    if k not in t:
+        known = ", ".join(r.key for r in t.values() if r.family != "benchmark")
         raise ConfigError("software_release", f"unknown release; known: {known}", key)
-    r = t.loc[k]
-    return Release(r["release"], r["date"], r["family"], r["stack"], r["attention"], r["source"])
+    return t[k]
 
 
 def attention_kernel(release_key: str, arch: str) -> str:

@@ -56,41 +56,48 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import pandas as pd
 
 from flowsim.gpu_specs import GPUSpec, get_gpu
 from flowsim.kernels.gemm import LOADS, ceiling_rows, gemm_reference, mamf_dtype, measured_ceiling
 from flowsim.kernels.power import POWER_EXPONENT, power_limit_w
 from flowsim.kernels.reference import Candidate, Reference, choose_reference
+from flowsim.kernels.tables import Table
 
 
 @functools.lru_cache(maxsize=None)
-def sustained_pairs() -> pd.DataFrame:
-    """Every (GPU, dtype) measured under both loads, with its sustained fraction.
+def sustained_pairs() -> Table:
+    """Every (GPU, dtype) measured under both loads, with its sustained fraction, by (gpu, mdt).
 
     Returns
     -------
-    pandas.DataFrame
+    Table
         Columns ``gpu``, ``mdt`` (measurement dtype), ``burst_release`` and ``sustained_release`` (the rows'
         stacks), ``burst_ceiling`` and ``sustained_ceiling`` (dimensionless, the highest of each load),
         ``fraction`` = sustained / burst.
     """
     rows = ceiling_rows()
-    rows = rows.assign(ceiling=[measured_ceiling(r.gpu, r.mdt, r.m, r.n, r.k, r.tflops) for r in rows.itertuples()])
+    ceiling = np.array([measured_ceiling(g, d, m, n, k, f) for g, d, m, n, k, f in
+                        zip(rows.gpu, rows.mdt, rows.m, rows.n, rows.k, rows.tflops)])
     out = []
-    for (gpu, mdt), g in rows.groupby(["gpu", "mdt"]):
-        best = {load: g[g["load"] == load].sort_values("ceiling").iloc[-1] for load in LOADS
-                if (g["load"] == load).any()}
+    for gpu, mdt in sorted(set(zip(rows.gpu, rows.mdt))):
+        best = {}
+        for load in LOADS:
+            sel = np.flatnonzero((rows.gpu == gpu) & (rows.mdt == mdt) & (rows["load"] == load))
+            if sel.size:
+                i = sel[np.argsort(ceiling[sel], kind="stable")[-1]]
+                best[load] = (rows.release[i], ceiling[i])
         if len(best) == len(LOADS):
-            b, s = best["burst"], best["sustained"]
-            out.append((gpu, mdt, b.release, s.release, b.ceiling, s.ceiling, s.ceiling / b.ceiling))
-    return pd.DataFrame(out, columns=["gpu", "mdt", "burst_release", "sustained_release", "burst_ceiling",
-                                      "sustained_ceiling", "fraction"])
+            (b_rel, b), (s_rel, s_) = best["burst"], best["sustained"]
+            out.append((gpu, mdt, b_rel, s_rel, b, s_, s_ / b))
+    names = ("gpu", "mdt", "burst_release", "sustained_release", "burst_ceiling", "sustained_ceiling", "fraction")
+    return Table({c: np.array([r[j] for r in out], dtype=object if j < 4 else np.float64)
+                  for j, c in enumerate(names)}, "sustained_pairs")
 
 
 def measured_fraction(measured_key: str) -> float:
     """Sustained fraction of a GPU of :func:`sustained_pairs` (the geometric mean of its dtypes' pairs)."""
-    f = sustained_pairs().query("gpu == @measured_key")["fraction"].to_numpy()
+    pairs = sustained_pairs()
+    f = pairs.fraction[pairs.gpu == measured_key]
     return float(np.exp(np.log(f).mean()))
 
 
@@ -116,7 +123,8 @@ def _best_ceiling(measured_key: str, mdt: str, load: str) -> float | None:
     """Highest ceiling of ``measured_key``'s ``mdt`` rows measured under ``load``; None without such a row."""
     rows = ceiling_rows()
     rows = rows[(rows.gpu == measured_key) & (rows.mdt == mdt) & (rows["load"] == load)]
-    return max((measured_ceiling(r.gpu, mdt, r.m, r.n, r.k, r.tflops) for r in rows.itertuples()), default=None)
+    return max((measured_ceiling(measured_key, mdt, m, n, k, f) for m, n, k, f in
+                zip(rows.m, rows.n, rows.k, rows.tflops)), default=None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,7 +11,8 @@ Public API::
 
     est, plan = plan_collective("allreduce", 64 * 2**20, layout)  # the flow engine's front door: Plan
 
-Depends only on numpy/pandas and flowsim.units / flowsim.errors; see docs/NCCL.md.
+Depends only on numpy (pandas for :func:`cost_table`'s DataFrame) and flowsim.units / flowsim.errors; see
+docs/NCCL.md.
 """
 from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo, Coll, Hw, Proto
 from flowsim.nccl_models.env import NcclEnv

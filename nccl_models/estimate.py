@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import pandas as pd
-
 from flowsim.errors import ConfigError
 from flowsim.nccl_models.constants import ALGO_NAMES, PROTO_NAMES, Algo, Coll, Proto
 from flowsim.nccl_models.execution import exec_time_s, run_channels
@@ -215,7 +213,7 @@ def _single_rank(op: str, size: float) -> CollectiveEstimate:
                               "a single rank moves no data")
 
 
-def cost_table(op: str, size_bytes: float, layout: CommLayout) -> pd.DataFrame:
+def cost_table(op: str, size_bytes: float, layout: CommLayout):
     """Every (algorithm, protocol) NCCL knows for ``op``, with its figures or why it is unavailable.
 
     Parameters
@@ -253,6 +251,8 @@ def cost_table(op: str, size_bytes: float, layout: CommLayout) -> pd.DataFrame:
                              nccl_time_s(model, layout, a, p, size), exec_time_s(model.coll, layout, a, p, size), None))
             else:
                 rows.append((ALGO_NAMES[a], PROTO_NAMES[p], math.nan, math.nan, math.nan, math.nan, why))
+    import pandas as pd  # a view: predict() and the engine import no pandas
+
     df = pd.DataFrame(rows, columns=["algo", "proto", "latency_s", "algbw_Bps", "nccl_time_s", "time_s",
                                      "unavailable_reason"])
     df["rank"] = df["nccl_time_s"].rank(method="first")

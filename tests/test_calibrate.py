@@ -1,6 +1,7 @@
 """flowsim.calibrate: known answers on synthetic runs, the rules (>= 3 rows, physical range, kept only if it lowers
 the leave-one-source-out error), tabulated responses, the transfer check, and calibration profiles."""
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -133,8 +134,7 @@ def test_profile_round_trip_and_job_stack(tmp_path):
 
 
 def test_gemm_scale_reaches_the_op_pricing():
-    ops = op_breakdown.__globals__["pd"].DataFrame({"kind": ["gemm"], "dtype": ["bf16"], "m": [8192], "n": [8192],
-                                                    "k": [8192]})
+    ops = pd.DataFrame({"kind": ["gemm"], "dtype": ["bf16"], "m": [8192], "n": [8192], "k": [8192]})
     h100 = get_gpu("h100-sxm")
     base = op_breakdown(ops, h100).compute_s.iloc[0]
     assert op_breakdown(ops, h100, stack=KernelStack(gemm_scale=0.8)).compute_s.iloc[0] == pytest.approx(base / 0.8)

@@ -32,3 +32,17 @@ def test_every_table_entry_is_a_command_of_that_name():
         assert short and len(short) <= 100
     listing = CliRunner().invoke(main, ["--help"]).output
     assert all(name in listing for name in COMMANDS)
+
+
+README_ESTIMATE = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100", "--gpus", "1024", "--tp", "8",
+                   "--pp", "8", "--gbs", "1536", "--sp", "--distributed-optimizer"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_the_readme_estimate_imports_no_pandas(extra):
+    # the kernel tables are read with the csv module and the op tables stay numpy columns: pandas is for views
+    # (Result.to_frame, --breakdown, the kernel tools, validate/report/calibrate)
+    out = subprocess.run([sys.executable, "-c", PROBE, *README_ESTIMATE, *extra], capture_output=True, text=True,
+                         timeout=300)
+    code, modules = out.stdout.split("\n")[-2].split(" ", 1)
+    assert code == "0" and "pandas" not in modules, out.stdout[-2000:] + out.stderr

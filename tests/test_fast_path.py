@@ -14,6 +14,7 @@ import json
 
 import make_fast_path_data
 import numpy as np
+import pandas as pd
 import pytest
 from fuzz_inputs import layouts
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
@@ -61,9 +62,9 @@ def test_fast_path_equals_the_slow_reference(kw):
         assume(False)
     gpu = get_gpu(cfg.cluster.gpu)
     wl, stack = step_simulate.build_workload(cfg), step_simulate._kernel_stack(cfg, gpu)
-    ops, _ = step_simulate.ops_frame(wl)
+    ops, _ = step_simulate.op_columns(wl)  # the columns simulate prices; a user's table is a DataFrame
     try:
-        slow = op_times(ops, gpu, stack=stack, trusted=False)
+        slow = op_times(pd.DataFrame(ops), gpu, stack=stack, trusted=False)
     except ConfigError:  # a layout valid to build but rejected by the kernel model (e.g. a dtype the GPU lacks)
         assume(False)
     assert np.array_equal(step_simulate._op_seconds(cfg, wl, gpu).t_ops, slow)
@@ -74,8 +75,8 @@ def test_trusted_columns_are_validate_ops_columns():
     cfg = flowsim.build_config(model="deepseek-v3", cluster="hgx-h800", gpus=256, pp=4, ep=8, gbs=256,
                                pipeline_layer_split="balanced", precision="fp8", kernel_fusion="eager")
     wl = step_simulate.build_workload(cfg)
-    ops, _ = step_simulate.ops_frame(wl)
-    slow, fast = validate_ops(ops), _trusted_columns(ops)
+    ops, _ = step_simulate.op_columns(wl)
+    slow, fast = validate_ops(pd.DataFrame(ops)), _trusted_columns(ops)
     assert slow.keys() == fast.keys()
     for col, vals in slow.items():
         assert vals.dtype == fast[col].dtype and np.array_equal(vals, fast[col]), col

@@ -133,7 +133,7 @@ def _layer(**kw):
     from flowsim.gpu_specs import get_gpu
     from flowsim.kernels import op_times
     from flowsim.model.workload import build_workload
-    from flowsim.step.blocks import ops_frame
+    from flowsim.step.blocks import op_columns
     from flowsim.step.pricer import CollectivePricer
 
     cfg = build_config(dict(num_layers=2, hidden_size=256, num_attention_heads=4, seq_length=256, vocab_size=32000,
@@ -141,8 +141,8 @@ def _layer(**kw):
                             add_bias_linear=False, cluster="dgx-h100", gpus=1, gbs=1, **kw))
     gpu = get_gpu(cfg.cluster.gpu)
     wl = build_workload(cfg)
-    ops, spans = ops_frame(wl)
-    return cfg, wl, ops, spans, op_times(ops, gpu)[spans["layer"]], CollectivePricer(cfg.cluster, gpu,
+    ops, spans = op_columns(wl)
+    return cfg, wl, ops, spans, op_times(ops, gpu, trusted=True)[spans["layer"]], CollectivePricer(cfg.cluster, gpu,
                                                                                      group_spans(cfg.training))
 
 

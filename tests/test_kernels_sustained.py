@@ -27,7 +27,7 @@ def test_tables_say_how_long_each_measurement_loaded_the_gpu():
 
 
 def test_sustained_fractions_of_the_gpus_measured_both_ways():
-    pairs = sus.sustained_pairs().set_index("gpu")
+    pairs = sus.sustained_pairs().frame().set_index("gpu")
     assert sorted(pairs.index) == ["a100-sxm4-80gb", "gb200", "h100-sxm", "h200"]
     # GB200 FP8: Azure 16384^3 (2906.9 TFLOP/s) against MAMF 19456x5120x1536 (3615.6): the raw ratio is 0.804,
     # and MAMF's smaller best shape loses more to tiles, waves and the 5 us launch latency, so the ceilings' is lower
@@ -103,10 +103,10 @@ def test_a_training_job_runs_under_sustained_load():
 
 
 def test_bad_load_in_a_table_is_named(monkeypatch):
-    bad = load_table("gemm_mamf").copy()
-    bad.loc[0, "load"] = "short"
-    real = gemm_mod.load_table
-    monkeypatch.setattr(gemm_mod, "load_table", lambda name: bad if name == "gemm_mamf" else real(name))
+    good = gemm_mod.table("gemm_mamf")
+    bad = good.with_columns(load=["short"] + list(good["load"][1:]))
+    real = gemm_mod.table
+    monkeypatch.setattr(gemm_mod, "table", lambda name: bad if name == "gemm_mamf" else real(name))
     gemm_mod.ceiling_rows.cache_clear()
     try:
         with pytest.raises(ConfigError, match=r"^gemm_mamf: load: must be one of burst, sustained"):

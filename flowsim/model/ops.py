@@ -14,7 +14,6 @@ from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from flowsim.model.fusion import ACT_BYTES, input_grad_sum_bytes, traffic
 from flowsim.units import DTYPE_BYTES
@@ -74,9 +73,11 @@ class OpSet:
     comms: tuple
 
     @cached_property
-    def compute(self) -> pd.DataFrame:
-        """The op table (:mod:`flowsim.kernels.ops` schema), a DataFrame built on first use (a copy: the step
-        reads :attr:`columns` and :attr:`arrays`)."""
+    def compute(self):
+        """The op table (:mod:`flowsim.kernels.ops` schema), a pandas DataFrame built on first use (a copy: the
+        step reads :attr:`columns` and :attr:`arrays`, and imports no pandas)."""
+        import pandas as pd
+
         return pd.DataFrame(self.columns)
 
     @cached_property

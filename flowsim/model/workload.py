@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 from flowsim._moved import module_getattr
 from flowsim.config import SimConfig, TrainingConfig
@@ -100,9 +99,10 @@ class Workload:
 
     @cached_property
     def op_table(self) -> tuple:
-        """All compute ops of the blocks in one table, built once per :attr:`block_key`: (pandas.DataFrame, the
-        row span (slice) of each block, its columns as :attr:`OpSet.arrays`). Blocks in order layer, embedding,
-        head, moe_layer."""
+        """All compute ops of the blocks in one table, built once per :attr:`block_key`: (its columns, a dict
+        :data:`~flowsim.model.ops.COMPUTE_COLUMNS` -> read-only numpy array, which
+        :func:`flowsim.kernels.op_times` prices; the row span (slice) of each block; its columns as
+        :attr:`OpSet.arrays`). Blocks in order layer, embedding, head, moe_layer."""
         return _OP_TABLES.get(self.block_key, self._op_table)
 
     def _op_table(self) -> tuple:
@@ -113,12 +113,11 @@ class Workload:
         for name, ops in blocks.items():
             spans[name] = slice(start, start + len(ops.columns["name"]))
             start += len(ops.columns["name"])
-        frame = pd.DataFrame({k: np.concatenate([ops.columns[k] for ops in blocks.values()])
-                              for k in COMPUTE_COLUMNS})
+        columns = {k: np.concatenate([ops.columns[k] for ops in blocks.values()]) for k in COMPUTE_COLUMNS}
         arrays = {k: np.concatenate([ops.arrays[k] for ops in blocks.values()]) for k in self.layer.arrays}
-        for a in arrays.values():
+        for a in (*columns.values(), *arrays.values()):
             a.flags.writeable = False
-        return frame, spans, arrays
+        return columns, spans, arrays
 
 
 def _tp_comms(comms, tp, sp, act_bytes, phase, col, row, gather_bytes=None):

@@ -22,7 +22,6 @@ through the pipeline schedule (:mod:`flowsim.step.host`).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from flowsim.model.ops import TP_OVERLAP_SMS, tp_overlap_pieces, tp_pairing
 from flowsim.step.overlap import overlapped_s
@@ -32,11 +31,11 @@ PHASES = ("fwd", "bwd", "recompute")
 EXPERT_GROUPS = ("ep", "etp", "tpep", "epn", "epx")
 
 
-def ops_frame(wl) -> tuple[pd.DataFrame, dict]:
-    """All compute ops of the workload's blocks in one table, and the row span (slice) of each block
-    (:attr:`flowsim.model.workload.Workload.op_table`, built once per workload)."""
-    frame, spans, _ = wl.op_table
-    return frame, spans
+def op_columns(wl) -> tuple[dict, dict]:
+    """All compute ops of the workload's blocks in one table (column name -> numpy array), and the row span
+    (slice) of each block (:attr:`flowsim.model.workload.Workload.op_table`, built once per workload)."""
+    columns, spans, _ = wl.op_table
+    return columns, spans
 
 
 def compute_parts(opset, t_ops: np.ndarray) -> dict:

@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 import numpy as np
-import pandas as pd
 
 
 @dataclass(frozen=True)
 class StepTimeline:
     """What a trace needs (see :mod:`flowsim.export.trace`, :mod:`flowsim.export.chakra`): the pipeline schedule (seconds),
     the p2p time and bytes, the layers (and MoE layers) of each chunk and how many of each re-run their
-    ``recompute`` ops, the op table with each op's seconds
-    and the row span of each block, each layer block's collectives with their estimates, the group sizes,
-    each stage's exposed data-parallel and optimizer seconds, and ``block_runs``: per block name, int64[p, 3],
-    how many times one GPU of each stage runs the block's ``fwd``, ``bwd`` and ``recompute`` ops per step."""
+    ``recompute`` ops, the op table (``op_columns``: column name -> numpy array; :attr:`ops` its DataFrame view)
+    with each op's seconds and the row span of each block, each layer block's collectives with their estimates,
+    the group sizes, each stage's exposed data-parallel and optimizer seconds, and ``block_runs``: per block name,
+    int64[p, 3], how many times one GPU of each stage runs the block's ``fwd``, ``bwd`` and ``recompute`` ops per
+    step."""
 
     pipeline: PipelineTimeline
     p2p_s: float
@@ -23,7 +24,7 @@ class StepTimeline:
     chunk_moe_layers: np.ndarray
     chunk_recompute_layers: np.ndarray
     chunk_recompute_moe_layers: np.ndarray
-    ops: pd.DataFrame
+    op_columns: dict
     op_time_s: np.ndarray
     spans: dict
     comms: dict
@@ -31,6 +32,14 @@ class StepTimeline:
     dp_exposed_s: tuple
     optimizer_s: tuple
     block_runs: dict
+
+    @cached_property
+    def ops(self):
+        """The op table as a pandas DataFrame (:mod:`flowsim.kernels.ops` schema, plus ``name``, ``phase`` and
+        ``count``), built on first use (imports pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.op_columns)
 
 
 @dataclass(frozen=True)
@@ -205,8 +214,10 @@ class Result:
             "config": self.config,
         }
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row per pipeline stage with its breakdown (seconds) and memory (bytes)."""
+    def to_frame(self):
+        """One row per pipeline stage with its breakdown (seconds) and memory (bytes), a pandas DataFrame."""
+        import pandas as pd
+
         return pd.DataFrame([asdict(s) for s in self.stages]).set_index("stage")
 
     def __repr__(self) -> str:

@@ -31,7 +31,7 @@ from flowsim.kernels.calibration import job_stack
 from flowsim.model.host_costs import block_host_s
 from flowsim.model.memo import BoundedCache
 from flowsim.model.workload import block_key, build_workload, model_flops_per_token
-from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, ops_frame, paired_comm, pass_s
+from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, op_columns, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
 from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
@@ -135,8 +135,6 @@ def price_op_tables(configs) -> int:
     left to :func:`simulate`, which prices each of its tables alone (the warnings and errors belong to each);
     so is a config whose GPU or workload cannot be had, and every table past the cache's size (the first ones
     in ``configs`` order are kept). Returns the number of tables priced."""
-    import pandas as pd
-
     todo: dict = {}
     stacks: dict = {}  # (GPU, kernel stack) by what they are built from; ids of clusters alive in ``configs``
     for cfg in configs:
@@ -159,18 +157,19 @@ def price_op_tables(configs) -> int:
         groups.setdefault(key[1:], []).append((key, wl))
     priced = 0
     for (gpu, stack), items in groups.items():
-        frames = [wl.op_table[0] for _, wl in items]
+        tables = [wl.op_table[0] for _, wl in items]
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                t_all = op_times(pd.concat(frames, ignore_index=True), gpu, stack=stack, trusted=True)
+                t_all = op_times({c: np.concatenate([t[c] for t in tables]) for c in tables[0]}, gpu, stack=stack,
+                                 trusted=True)
         except Exception:  # noqa: BLE001 -- as above
             continue
         if caught:
             continue
-        stops = np.cumsum([len(f) for f in frames])
-        for (key, wl), stop, frame in zip(items, stops, frames):
-            _OP_TIMES.get(key, lambda: _priced(wl, t_all[stop - len(frame):stop].copy(), ()))
+        sizes = [len(t["kind"]) for t in tables]
+        for (key, wl), stop, size in zip(items, np.cumsum(sizes), sizes):
+            _OP_TIMES.get(key, lambda: _priced(wl, t_all[stop - size:stop].copy(), ()))
             priced += 1
     return priced
 
@@ -310,7 +309,7 @@ def _timeline(wl, ps: _Passes, run, comms, ops, t_ops, spans, dp_x, opt_s) -> St
     return StepTimeline(
         pipeline=run.timeline, p2p_s=ps.program.p2p_s, p2p_bytes=wl.p2p_bytes, chunk_layers=wl.chunk_layers,
         chunk_moe_layers=wl.chunk_moe_layers, chunk_recompute_layers=wl.chunk_recompute_layers,
-        chunk_recompute_moe_layers=wl.chunk_recompute_moe_layers, ops=ops, op_time_s=t_ops, spans=spans,
+        chunk_recompute_moe_layers=wl.chunk_recompute_moe_layers, op_columns=ops, op_time_s=t_ops, spans=spans,
         comms={b: tuple((c, comms.estimate_of(c.group, c.op, c.size_bytes)) for c in getattr(wl, b).comms)
                for b in ("layer", "moe_layer") if getattr(wl, b) is not None},
         group_sizes={g: n for g, (n, _) in comms.groups.items()}, dp_exposed_s=tuple(dp_x),
@@ -369,7 +368,7 @@ def simulate(config=None, **overrides) -> Result:
                           True)
     wl = build_workload(cfg)
     comms = _pricer(cfg, gpu)
-    ops, spans = ops_frame(wl)
+    ops, spans = op_columns(wl)
     priced = _op_seconds(cfg, wl, gpu)
     t_ops = priced.t_ops
     ps = _passes(cfg, wl, comms, ops, priced, spans)
