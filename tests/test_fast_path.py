@@ -139,3 +139,38 @@ def test_bucket_ready_equals_its_reference():
         starts = rng.random((3, v)) * 10
         tl = SimpleNamespace(last_bwd_start_s=starts, last_bwd_end_s=starts + rng.random((3, v)) * 3)
         assert np.array_equal(bucket_ready(tl, stage, nb), _bucket_ready_reference(tl, stage, nb))
+
+
+def test_pairwise_sum_is_numpys():
+    from flowsim.step.data_parallel import _pairwise_sum
+
+    rng = np.random.default_rng(7)
+    for n in list(range(0, 300)) + [1023, 1024, 1025, 4097, 8191, 8192, 8193, 30001]:
+        a = rng.random(n + 1) * 10.0 ** rng.uniform(-6, 3, n + 1)
+        if n % 3 == 0:  # runs of equal bucket times, as the data-parallel streams have
+            a = np.repeat(rng.random(3), [n // 2, n - n // 2, 1])
+        assert _pairwise_sum(a, 0, n) == a[:n].sum() and _pairwise_sum(a, 1, n) == a[1:].sum()
+
+
+@settings(max_examples=120, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(_valid_layouts(), st.booleans(), st.sampled_from((0, 1, 2)))
+def test_all_stages_exposure_equals_stage_by_stage(kw, fp8_gather, zero):
+    # dp_exposed_stages (buckets priced once per set of equal stages, every stage's stream in one numba call)
+    # against dp_exposed stage by stage: the same seconds bit for bit and the same calls counted for the report
+    from flowsim.step.core import run_pipeline
+    from flowsim.step.data_parallel import dp_exposed, dp_exposed_stages
+
+    try:
+        cfg = flowsim.build_config(**kw, zero_stage=zero, fp8_param_gather=fp8_gather and kw.get("precision") == "fp8")
+        gpu = get_gpu(cfg.cluster.gpu)
+        wl = step_simulate.build_workload(cfg)
+        ops, spans = step_simulate.op_columns(wl)
+        priced = step_simulate._op_seconds(cfg, wl, gpu)
+    except ConfigError:
+        assume(False)
+    run = run_pipeline(step_simulate._passes(cfg, wl, step_simulate._pricer(cfg, gpu), ops, priced, spans).program)
+    fast, slow = step_simulate._pricer(cfg, gpu), step_simulate._pricer(cfg, gpu)
+    got = dp_exposed_stages(cfg, wl, fast, run.timeline)
+    assert got == [sum(dp_exposed(cfg, wl, slow, run.timeline, s)) for s in range(cfg.training.pp)]
+    assert fast.calls == slow.calls

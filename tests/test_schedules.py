@@ -222,3 +222,29 @@ def test_deepseek_v3_dualpipe_estimate_writes_a_valid_trace(tmp_path):
     assert sends and all(abs(e["args"]["to_stage"] - e["pid"]) == 1 for e in sends)
     # both directions: rank 0 sends activations of chunk 0 forward and gradients of chunk 1 backward
     assert {e["name"] for e in sends if e["pid"] == 0} == {"send activation", "send gradient"}
+
+
+def test_plan_cache_is_bounded_in_bytes(monkeypatch):
+    # least recently used plans go first once the kept plans pass PLAN_CACHE_BYTES; a kept plan is the same object
+    from flowsim.step import pipeline_orders as po
+
+    monkeypatch.setattr(po, "_PLANS", type(po._PLANS)())
+    monkeypatch.setattr(po, "_plans_bytes", 0)
+    layouts = [("1f1b", 4, 1, m) for m in (8, 16, 32, 64)]
+    size = sum(po._build(*k, False).nbytes for k in layouts[1:])
+    monkeypatch.setattr(po, "PLAN_CACHE_BYTES", size)
+    first = po.schedule_plan(*layouts[0])
+    assert po.schedule_plan(*layouts[0]) is first and first.order.dtype == np.int32
+    for k in layouts[1:]:
+        po.schedule_plan(*k)
+    assert list(po._PLANS) == [k + (False,) for k in layouts[1:]] and po._plans_bytes == size
+    po.schedule_plan(*layouts[1])  # used again: the newest, so the next miss drops layouts[2]
+    po.schedule_plan(*layouts[0])
+    assert list(po._PLANS) == [k + (False,) for k in (layouts[3], layouts[1], layouts[0])]
+    assert po._plans_bytes == sum(p.nbytes for p in po._PLANS.values()) <= size
+
+
+def test_interleaved_plan_needs_microbatches_a_multiple_of_pp():
+    # the order numbers micro-batches past m otherwise (SimConfig refuses such a config with the same rule)
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        simulate_pipeline("interleaved", 6, np.ones((4, 2)), np.ones((4, 2)), 0.0)

@@ -86,20 +86,14 @@ class PipelineRun:
     pp_exposed_s: float
 
 
-def _schedule(program: PipelineProgram, p2p_s: float) -> PipelineTimeline:
-    return simulate_pipeline(program.schedule, program.microbatches, program.fwd_s, program.bwd_s, p2p_s,
-                             program.wgrad_s, program.hidden, paired=program.paired, host=program.host,
-                             p2p_sync=program.p2p_sync, engine=program.engine)
-
-
 def run_pipeline(program: PipelineProgram, *, p2p_exposure: bool = False) -> PipelineRun:
     """Run the program's pipeline schedule; with ``p2p_exposure``, also measure what the transfers add to the
     step (the same schedule with free transfers, compared at the last stage's end)."""
-    timeline = _schedule(program, program.p2p_s)
-    exposed = 0.0
-    if p2p_exposure and program.fwd_s.shape[0] > 1:
-        free = _schedule(program, 0.0)
-        exposed = max(0.0, float(timeline.end_s.max() - free.end_s.max()))
+    free = p2p_exposure and program.fwd_s.shape[0] > 1
+    timeline = simulate_pipeline(program.schedule, program.microbatches, program.fwd_s, program.bwd_s, program.p2p_s,
+                                 program.wgrad_s, program.hidden, paired=program.paired, host=program.host,
+                                 p2p_sync=program.p2p_sync, engine=program.engine, free_transfers=free)
+    exposed = max(0.0, float(timeline.end_s.max() - timeline.free_end_s)) if free else 0.0
     return PipelineRun(timeline=timeline, pp_exposed_s=exposed)
 
 

@@ -18,6 +18,7 @@ embedding and reduce-scattered after the whole backward.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from flowsim.model.workload import layer_params
 from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s
@@ -170,21 +171,28 @@ def reduction_parts(t, wl, groups: dict, stage: int) -> list:
     return [p for p in parts if p[2] > 0 and groups[p[0]][0] > 1]
 
 
-def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
-    """Per part: seconds of each reduction bucket and SMs held; per reduce-scattered part: seconds of each
-    parameter-gather bucket and SMs held."""
-    times, sms, g_times, g_sms = [], [], [], []
+def _bucket_prices(cfg, wl, comms, stage: int, parts: list, stages: int = 1) -> tuple[list, list]:
+    """Per part: (buckets, seconds of each, SMs held) of the reduction; per reduce-scattered part: the same of the
+    parameter gather. Each bucket's calls are counted ``stages`` times for the report (stages that reduce the
+    same parameters)."""
+    reduce, gather = [], []
     grad = grad_reduce_bytes(cfg.training)
     for g, g_op, n, factor in parts:
         nb = max(1, int(np.ceil(n * grad / grad_bucket_bytes(cfg, wl, stage))))
         size = n * grad * factor / nb
-        times.append(np.full(nb, comms.time(g, g_op, size, nb)))
-        sms.append(comms.ctas(g, g_op, size))
+        reduce.append((nb, comms.time(g, g_op, size, nb * stages), comms.ctas(g, g_op, size)))
         if g_op == "reducescatter":
             gsize = part_gather_bytes(cfg, wl, stage, g, n) / nb
-            g_times.append(np.full(nb, comms.time(g, "allgather", gsize, nb)))
-            g_sms.append(comms.ctas(g, "allgather", gsize))
-    return times, sms, g_times, g_sms
+            gather.append((nb, comms.time(g, "allgather", gsize, nb * stages), comms.ctas(g, "allgather", gsize)))
+    return reduce, gather
+
+
+def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
+    """Per part: seconds of each reduction bucket and SMs held; per reduce-scattered part: seconds of each
+    parameter-gather bucket and SMs held."""
+    reduce, gather = _bucket_prices(cfg, wl, comms, stage, parts)
+    return ([np.full(nb, x) for nb, x, _ in reduce], [c for _, _, c in reduce],
+            [np.full(nb, x) for nb, x, _ in gather], [c for _, _, c in gather])
 
 
 def _grad_exposed(cfg, wl, comms, timeline, stage, parts, times, sms) -> tuple[float, float]:
@@ -251,22 +259,158 @@ def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, floa
     return grad, gather, ep_extra
 
 
+def dp_exposed_stages(cfg, wl, comms, timeline) -> list:
+    """The exposed data-parallel seconds of every stage (the sum of :func:`dp_exposed`'s three), per step. Without
+    the flow engine and ZeRO-3, the buckets are priced once per set of stages that reduce the same parameters (a
+    stage enters the pricing only through its dense and expert parameters and its dense and MoE layers) and the
+    bucket streams of all stages run in one numba call, equal bit for bit to :func:`dp_exposed` stage by stage
+    (tests/test_fast_path.py)."""
+    t, p = cfg.training, cfg.training.pp
+    if zero_level(t) >= 3 or t.comm_engine == "flow":
+        return [sum(dp_exposed(cfg, wl, comms, timeline, s)) for s in range(p)]
+    same: dict = {}
+    for s in range(p):
+        key = (wl.stage_params[s], wl.stage_expert_params[s], wl.chunk_layers[s].sum(), wl.chunk_moe_layers[s].sum())
+        same.setdefault(key, []).append(s)
+    nb, secs, sms = np.zeros((2, p, 3), dtype=np.int64), np.zeros((2, p, 3)), np.zeros((2, p), dtype=np.int64)
+    for stages in same.values():
+        parts = reduction_parts(t, wl, comms.groups, stages[0])
+        for i, priced in enumerate(_bucket_prices(cfg, wl, comms, stages[0], parts, len(stages)) if parts else ()):
+            for j, (n, x, c) in enumerate(priced):
+                nb[i, stages, j], secs[i, stages, j] = n, x
+            sms[i, stages] = max((c for _, _, c in priced), default=0)
+    return _stages_exposed(nb, secs, sms, timeline.last_bwd_start_s, timeline.last_bwd_end_s, timeline.end_s,
+                           t.overlap_grad_reduce, t.overlap_param_gather, comms.gpu.sm_count).tolist()
+
+
 def bucket_ready(timeline, stage, nb) -> np.ndarray:
     """When each of ``nb`` gradient buckets of a stage is ready, seconds: evenly over the last backward of its
     chunk (chunks in order of completion)."""
-    starts, ends = timeline.last_bwd_start_s[stage].tolist(), timeline.last_bwd_end_s[stage].tolist()
-    v = len(ends)
-    pieces = []
-    for i, c in enumerate(sorted(range(v), key=ends.__getitem__)):  # a stage's chunks: one or a few
-        k = nb // v + (i < nb % v)  # buckets of this chunk
-        pieces.append(starts[c] + (ends[c] - starts[c]) * np.arange(1, k + 1) / k)
-    return np.concatenate(pieces) if v > 1 else pieces[0]
+    ready = np.empty(nb)
+    _fill_ready(timeline.last_bwd_start_s[stage], timeline.last_bwd_end_s[stage], ready)
+    return ready
 
 
 def stream_end_s(bucket_s, ready) -> float:
     """End of buckets reduced one after another on one stream, seconds: ``finish_k = max(finish_{k-1},
     ready_k) + t_k``, i.e. ``S_n + max_k (ready_k - S_{k-1})`` with ``S_k`` the cumulative bucket seconds."""
-    before = np.empty(bucket_s.size)  # S_{k-1}
-    before[0] = 0.0
-    np.cumsum(bucket_s[:-1], out=before[1:])
-    return float(bucket_s.sum() + (ready - before).max())
+    return float(_stream_end(np.ascontiguousarray(bucket_s, dtype=np.float64), ready))
+
+
+@njit(cache=True)
+def _block_sum(a, lo, n):
+    """numpy's sum of at most 128 float64: 8 accumulators, then the rest in order (``pairwise_sum``'s leaf)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    acc = a[lo:lo + 8].copy()
+    i = 8
+    while i < n - n % 8:
+        for j in range(8):
+            acc[j] += a[lo + i + j]
+        i += 8
+    res = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+    for j in range(lo + i, lo + n):
+        res += a[j]
+    return res
+
+
+@njit(cache=True)
+def _pairwise_sum(a, lo, n):
+    """``a[lo:lo + n].sum()`` as numpy sums float64 (pairwise summation, numpy's ``pairwise_sum``: halves split at
+    a multiple of 8 down to blocks of at most 128, :func:`_block_sum`), so that the sums equal numpy's bit for bit.
+    The halves are added in numpy's order from an explicit stack: the recursive kernel crashed when loaded from
+    numba's cache (segmentation fault, numba 0.68.1)."""
+    if n <= 128:
+        return _block_sum(a, lo, n)
+    span = np.empty((64, 3), dtype=np.int64)  # (first, count, halves done) of the open ranges
+    sums = np.empty(64)
+    top, held = 0, 0
+    span[0, 0], span[0, 1], span[0, 2] = lo, n, 0
+    while top >= 0:
+        first, count, done = span[top, 0], span[top, 1], span[top, 2]
+        if count <= 128:  # a leaf
+            sums[held] = _block_sum(a, first, count)
+            held += 1
+            top -= 1
+            continue
+        if done == 2:  # both halves summed: left + right
+            held -= 1
+            sums[held - 1] += sums[held]
+            top -= 1
+            continue
+        half = count // 2
+        half -= half % 8
+        span[top, 2] = done + 1
+        top += 1
+        span[top, 0], span[top, 1], span[top, 2] = (first, half, 0) if done == 0 else (first + half, count - half, 0)
+    return sums[0]
+
+
+@njit(cache=True)
+def _fill_ready(starts, ends, out):
+    """:func:`bucket_ready` into ``out`` from the stage's last-backward windows (float64[v] each)."""
+    v, nb = ends.size, out.size
+    order = np.arange(v)  # chunks by end, ties in chunk order (a stable insertion sort)
+    for i in range(1, v):
+        c, j = order[i], i
+        while j > 0 and ends[order[j - 1]] > ends[c]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = c
+    pos = 0
+    for i in range(v):
+        c = order[i]
+        k = nb // v + (1 if i < nb % v else 0)  # buckets of this chunk
+        for b in range(1, k + 1):
+            out[pos] = starts[c] + (ends[c] - starts[c]) * b / k
+            pos += 1
+
+
+@njit(cache=True)
+def _stream_end(bucket_s, ready):
+    """:func:`stream_end_s`: ``S_{k-1}`` summed in order (numpy's ``cumsum``), ``S_n`` pairwise (its ``sum``)."""
+    before, late = 0.0, -np.inf
+    for k in range(bucket_s.size):
+        late = max(late, ready[k] - before)
+        before += bucket_s[k]
+    return _pairwise_sum(bucket_s, 0, bucket_s.size) + late
+
+
+@njit(cache=True)
+def _runs(nb, secs):
+    """The buckets of a stream of parts: ``nb[j]`` buckets of ``secs[j]`` seconds each, in part order."""
+    out = np.empty(nb.sum())
+    pos = 0
+    for j in range(nb.size):
+        out[pos:pos + nb[j]] = secs[j]
+        pos += nb[j]
+    return out
+
+
+@njit(cache=True)
+def _stages_exposed(nb, secs, sms, lb_start, lb_end, end, overlap_grad, overlap_gather, sm_count):
+    """Per stage: :func:`dp_exposed`'s reduction plus gather, seconds, from the buckets of each stage's parts
+    (``nb`` int64[2, p, 3] buckets and ``secs`` seconds each, ``sms`` int64[2, p] the most SMs a part holds;
+    [0] the reduction, [1] the gather) and the pipeline timeline's windows."""
+    p = end.size
+    out = np.zeros(p)
+    for s in range(p):
+        bucket_s, gather_s = _runs(nb[0, s], secs[0, s]), _runs(nb[1, s], secs[1, s])
+        if bucket_s.size == 0:
+            continue
+        ready = np.full(bucket_s.size, end[s])
+        if overlap_grad:
+            _fill_ready(lb_start[s], lb_end[s], ready)
+        total = _pairwise_sum(bucket_s, 0, bucket_s.size)
+        exposed = max(0.0, _stream_end(bucket_s, ready) - end[s])
+        grad = exposed + (total - exposed) * sms[0, s] / sm_count
+        gather = 0.0
+        if gather_s.size and overlap_gather:
+            gather = gather_s[0] + _pairwise_sum(gather_s, 1, gather_s.size - 1) * sms[1, s] / sm_count
+        elif gather_s.size:
+            gather = _pairwise_sum(gather_s, 0, gather_s.size)
+        out[s] = 0.0 + grad + gather + 0.0  # Python's sum of dp_exposed's three, the last 0 here
+    return out

@@ -33,7 +33,7 @@ from flowsim.model.memo import BoundedCache
 from flowsim.model.workload import block_key, build_workload, model_flops_per_token
 from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, op_columns, paired_comm, pass_s
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
-from flowsim.step.data_parallel import dp_exposed, fsdp_exposed, zero_level
+from flowsim.step.data_parallel import dp_exposed_stages, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
 from flowsim.step.host import PassHost, pass_host, segment_terms
 from flowsim.step.invariants import check_result
@@ -373,8 +373,7 @@ def simulate(config=None, **overrides) -> Result:
     t_ops = priced.t_ops
     ps = _passes(cfg, wl, comms, ops, priced, spans)
     run = run_pipeline(ps.program, p2p_exposure=True)
-    p = cfg.training.pp
-    dp_x = [sum(dp_exposed(cfg, wl, comms, run.timeline, s)) for s in range(p)]
+    dp_x = dp_exposed_stages(cfg, wl, comms, run.timeline)
     opt_s = optimizer_s(cfg, wl, gpu)
     mems = stage_memories(cfg, wl)
     step, _ = step_end_s(run.timeline, np.asarray(dp_x), opt_s)
