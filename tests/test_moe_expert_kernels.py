@@ -90,3 +90,16 @@ def test_gpt_oss_rows_get_the_clamp_and_the_biases():
     mapping, _ = row_to_config({**row, "notes": "token-dropless"})
     m = flowsim.build_config(mapping).model
     assert m.activation_func_clamp_value == 0 and not m.add_bias_linear
+
+
+def test_megatron_bridge_deepseek_rows_gate_in_fp32():
+    """Megatron-Bridge's DeepSeek provider sets moe_router_dtype fp32: its rows price the router GEMM in fp32 (on
+    the GPU's fp32 peak), other frameworks' DeepSeek rows keep the 16-bit router."""
+    row = {**BASE_ROW, "gated_mlp": 1, "moe_num_experts": 256, "moe_topk": 8, "moe_ffn_hidden_size": 2048, "ep": 8,
+           "notes": "DeepSeek-V3: first 3 layers dense.", "framework_version": "megatron-bridge-25.11"}
+    mapping, assumptions = row_to_config(row)
+    assert flowsim.build_config(mapping).training.moe_router_dtype == "fp32"
+    assert "moe_router_dtype: fp32 (Megatron-Bridge's DeepSeek provider)" in assumptions
+    for other in ({**row, "framework_version": ""}, {**row, "notes": "Qwen3-235B-A22B: every layer MoE."}):
+        mapping, _ = row_to_config(other)
+        assert flowsim.build_config(mapping).training.moe_router_dtype == ""

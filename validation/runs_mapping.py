@@ -165,7 +165,19 @@ def row_to_config(row: Mapping) -> tuple[dict, tuple[str, ...]]:
     training.update(_software_facts(row, model["num_layers"], training, assumptions))
     if model.get("num_moe_experts"):
         training.update(_expert_layout(row, assumptions))
+        training.update(_router_dtype(row, assumptions))
     return {"model": model, "cluster": cluster, "training": training}, tuple(assumptions)
+
+
+def _router_dtype(row: Mapping, assumptions: list) -> dict:
+    """``moe_router_dtype`` where the framework fixes it for the model: Megatron-Bridge's DeepSeek provider gates in
+    fp32 (``moe_router_dtype = "fp32"``, NVIDIA-NeMo/Megatron-Bridge v0.1.0rc3 and v0.3.0
+    ``src/megatron/bridge/models/deepseek/deepseek_provider.py``), whatever the recipe."""
+    if (str(row.get("framework_version", "")).startswith("megatron-bridge")
+            and re.search(r"DeepSeek-V3:", str(row.get("notes", "")))):
+        assumptions.append("moe_router_dtype: fp32 (Megatron-Bridge's DeepSeek provider)")
+        return {"moe_router_dtype": "fp32"}
+    return {}
 
 
 def _moe_fields(row: Mapping, assumptions: list) -> dict:
