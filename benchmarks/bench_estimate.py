@@ -12,7 +12,9 @@ Run: ``python benchmarks/bench_estimate.py [--ref REV] [--repeat N]``. Prints, a
   (``git archive`` into ``$TMPDIR/flowsim-bench-<rev>``, run in a worker process), interleaved in batches of
   10 calls, min / median of each and the ratio of the medians; the worker's first call compiles that tree's
   numba kernels into the per-user cache once (a minute);
-* the wall time of the whole ``flowsim estimate`` command with the numba cache warm, median of 5.
+* the wall time of the whole ``flowsim estimate`` command, min / median of 5: as it runs (the step core's loops
+  interpreted, :mod:`flowsim._jit`), with ``FLOWSIM_JIT=1`` (compiled, numba cache warm), and once with an empty
+  numba cache (a fresh install).
 
 Figures, the machine and its load go into docs/PERFORMANCE.md.
 """
@@ -120,12 +122,10 @@ def main(argv: list) -> None:
         simulate(flowsim.build_config(**ARGS))
         with_build.append(time.perf_counter() - t0)
     against = _against(argv[argv.index("--ref") + 1], cfg, max(1, repeats // BATCH)) if "--ref" in argv else None
-    subprocess.run(CLI, check=True, capture_output=True)  # warm the numba on-disk cache
-    walls = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        subprocess.run(CLI, check=True, capture_output=True)
-        walls.append(time.perf_counter() - t0)
+    walls = _cli_walls({})  # the step core's loops interpreted (flowsim._jit), as `flowsim estimate` runs them
+    compiled = _cli_walls({"FLOWSIM_JIT": "1"})  # the same command with them compiled, numba cache warm
+    with tempfile.TemporaryDirectory(prefix="flowsim-empty-numba-cache-") as empty:
+        fresh = _cli_walls({"NUMBA_CACHE_DIR": empty}, runs=1, warm=False)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {sys.version.split()[0]}, load average {os.getloadavg()}")
     print(f"simulate(cfg), repeated config, min / median of {repeats}: {_ms(warm)}")
@@ -133,7 +133,23 @@ def main(argv: list) -> None:
     print(f"build_config + simulate, min / median of {repeats}: {_ms(with_build)}")
     if against:
         print(f"against the reference: {against}")
-    print(f"flowsim estimate command (warm cache) median of 5: {statistics.median(walls):.2f} s")
+    print(f"flowsim estimate command, min / median of 5: {min(walls):.2f} / {statistics.median(walls):.2f} s "
+          f"(FLOWSIM_JIT=1, compiled loops, warm numba cache: {min(compiled):.2f} / {statistics.median(compiled):.2f} s;"
+          f" first run with an empty numba cache {fresh[0]:.2f} s)")
+
+
+def _cli_walls(env: dict, runs: int = 5, warm: bool = True) -> list:
+    """Wall seconds of ``runs`` runs of the README's ``flowsim estimate`` with ``env`` added (one untimed run
+    first when ``warm``: the numba on-disk cache and the OS file cache)."""
+    env = dict(os.environ, **env)
+    if warm:
+        subprocess.run(CLI, check=True, capture_output=True, env=env)
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(CLI, check=True, capture_output=True, env=env)
+        walls.append(time.perf_counter() - t0)
+    return walls
 
 
 if __name__ == "__main__":

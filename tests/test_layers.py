@@ -18,8 +18,8 @@ SOURCES = {"flowsim": "flowsim", "kernels": "flowsim.kernels", "gpu_specs": "flo
 """Source folder -> the package it installs as (setup.cfg package_dir)."""
 
 LAYERS = (
-    ("flowsim._moved", "flowsim._numba_cache", "flowsim._version", "flowsim.errors", "flowsim.io_text",
-     "flowsim.units"),
+    ("flowsim._jit", "flowsim._moved", "flowsim._numba_cache", "flowsim._version", "flowsim.errors",
+     "flowsim.io_text", "flowsim.units"),
     ("flowsim.gpu_specs",),
     ("flowsim.kernels",),
     ("flowsim.nccl_models",),

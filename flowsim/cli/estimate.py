@@ -207,16 +207,20 @@ def estimate(config, model, cluster, gpu, num_gpus, gpus_per_node, nics_per_node
                                             "from the captured file)", ", ".join(extra) or "a config or trace option")
         _estimate_workload(workload_path, cluster, gpu, as_json)
         return
+    from flowsim._jit import interpret
+
+    interpreted = interpret()  # one simulation: the step core's loops run in the interpreter (flowsim._jit)
     from flowsim.config import build_config
     from flowsim.step.simulate import simulate
 
-    notice_first_compile()
     imported = _imported(megatron_args, nemo_recipe, hf_config)
     if trace_path:
         check_output_file(trace_path, "--trace")
     if chakra_dir:
         check_output_dir(chakra_dir, "--chakra")
     cfg = build_config(imported, config, **overrides)
+    if not interpreted or cfg.training.comm_engine == "flow":  # the flow engine's loops always compile
+        notice_first_compile()
     if not imported:
         _note_unstated(config, overrides)
     result = simulate(cfg)  # checked against the invariants (flowsim.step.invariants)

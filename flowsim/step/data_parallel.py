@@ -18,7 +18,7 @@ embedding and reduce-scattered after the whole backward.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from flowsim._jit import njit
 
 from flowsim.model.workload import layer_params
 from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s

@@ -24,7 +24,6 @@ import functools
 
 import numpy as np
 
-from flowsim.network.collective_flows import run_collective, run_concurrent
 from flowsim.config import SimConfig
 from flowsim.config.layout import group_spans, microbatches_per_chunk
 from flowsim.step.schedule import BWD, FWD
@@ -78,6 +77,8 @@ def _stage_groups_array(cfg: SimConfig, group: str, stage: int) -> np.ndarray:
 @functools.lru_cache(maxsize=4096)
 def _flow(cfg: SimConfig, gpu, group: str, op: str, size_bytes: float):
     groups = _stage_groups_array(cfg, group, 0)
+    from flowsim.network.collective_flows import run_collective  # the flow engine loads when a flow runs
+
     return run_collective(cfg.cluster, gpu, op, size_bytes, groups[0], concurrent_groups=groups[1:])
 
 
@@ -91,6 +92,8 @@ def _together_s(cfg: SimConfig, gpu, items: tuple, n_chain: int, focus: tuple) -
     """Seconds of each ``focus`` item when all ``items`` run in one simulation, the first ``n_chain`` one
     after another (one stream), the rest from time 0."""
     after = [None] + list(range(n_chain - 1)) + [None] * (len(items) - n_chain)
+    from flowsim.network.collective_flows import run_concurrent
+
     res = run_concurrent(cfg.cluster, gpu, [(op, size, _stage_groups_array(cfg, g, s)) for g, s, op, size in items],
                          after=after, focus=focus, max_transfers=CROSS_KIND_MAX_TRANSFERS, utilization=False)
     return tuple(res[i].time_s for i in focus)

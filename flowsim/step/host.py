@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from flowsim._jit import njit
 
 
 class IssueRun(NamedTuple):

@@ -9,7 +9,7 @@ workloads) prices it with :func:`slowed_end_s` or its two wrappers here.
 """
 from __future__ import annotations
 
-from numba import njit
+from flowsim._jit import njit
 
 
 @njit(cache=True)

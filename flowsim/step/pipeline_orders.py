@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from flowsim._jit import njit
 
 from flowsim.config.layout import PIPELINE_SCHEDULES, check_layout
 from flowsim.errors import ConfigError

@@ -82,7 +82,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from flowsim._jit import njit
 
 from flowsim.config.training import PIPELINE_ENGINES
 from flowsim.errors import ConfigError
