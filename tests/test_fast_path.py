@@ -142,14 +142,17 @@ def test_bucket_ready_equals_its_reference():
 
 
 def test_pairwise_sum_is_numpys():
-    from flowsim.step.data_parallel import _pairwise_sum
+    from flowsim.step.sums import pairwise_sum
 
     rng = np.random.default_rng(7)
     for n in list(range(0, 300)) + [1023, 1024, 1025, 4097, 8191, 8192, 8193, 30001]:
         a = rng.random(n + 1) * 10.0 ** rng.uniform(-6, 3, n + 1)
         if n % 3 == 0:  # runs of equal bucket times, as the data-parallel streams have
             a = np.repeat(rng.random(3), [n // 2, n - n // 2, 1])
-        assert _pairwise_sum(a, 0, n) == a[:n].sum() and _pairwise_sum(a, 1, n) == a[1:].sum()
+        assert pairwise_sum(a, 0, n) == a[:n].sum() and pairwise_sum(a, 1, n) == a[1:].sum()
+    for p, n in ((1, 5), (3, 129), (8, 2304), (64, 1537)):  # a pipeline's busy time: rows summed along axis 1
+        d = rng.random((p, n)) * 10.0 ** rng.uniform(-6, 1, (p, n))
+        assert np.array_equal(d.sum(axis=1), [pairwise_sum(row, 0, n) for row in d])
 
 
 @settings(max_examples=120, deadline=None, derandomize=True,

@@ -23,6 +23,7 @@ from flowsim._jit import njit
 from flowsim.model.workload import layer_params
 from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s
 from flowsim.step.overlap import overlapped_s
+from flowsim.step.sums import pairwise_sum
 from flowsim.units import DTYPE_BYTES
 
 # Megatron-core DDP's default bucket (megatron/core/distributed/distributed_data_parallel.py, the
@@ -298,58 +299,6 @@ def stream_end_s(bucket_s, ready) -> float:
 
 
 @njit(cache=True)
-def _block_sum(a, lo, n):
-    """numpy's sum of at most 128 float64: 8 accumulators, then the rest in order (``pairwise_sum``'s leaf)."""
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    acc = a[lo:lo + 8].copy()
-    i = 8
-    while i < n - n % 8:
-        for j in range(8):
-            acc[j] += a[lo + i + j]
-        i += 8
-    res = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
-    for j in range(lo + i, lo + n):
-        res += a[j]
-    return res
-
-
-@njit(cache=True)
-def _pairwise_sum(a, lo, n):
-    """``a[lo:lo + n].sum()`` as numpy sums float64 (pairwise summation, numpy's ``pairwise_sum``: halves split at
-    a multiple of 8 down to blocks of at most 128, :func:`_block_sum`), so that the sums equal numpy's bit for bit.
-    The halves are added in numpy's order from an explicit stack: the recursive kernel crashed when loaded from
-    numba's cache (segmentation fault, numba 0.68.1)."""
-    if n <= 128:
-        return _block_sum(a, lo, n)
-    span = np.empty((64, 3), dtype=np.int64)  # (first, count, halves done) of the open ranges
-    sums = np.empty(64)
-    top, held = 0, 0
-    span[0, 0], span[0, 1], span[0, 2] = lo, n, 0
-    while top >= 0:
-        first, count, done = span[top, 0], span[top, 1], span[top, 2]
-        if count <= 128:  # a leaf
-            sums[held] = _block_sum(a, first, count)
-            held += 1
-            top -= 1
-            continue
-        if done == 2:  # both halves summed: left + right
-            held -= 1
-            sums[held - 1] += sums[held]
-            top -= 1
-            continue
-        half = count // 2
-        half -= half % 8
-        span[top, 2] = done + 1
-        top += 1
-        span[top, 0], span[top, 1], span[top, 2] = (first, half, 0) if done == 0 else (first + half, count - half, 0)
-    return sums[0]
-
-
-@njit(cache=True)
 def _fill_ready(starts, ends, out):
     """:func:`bucket_ready` into ``out`` from the stage's last-backward windows (float64[v] each)."""
     v, nb = ends.size, out.size
@@ -376,7 +325,7 @@ def _stream_end(bucket_s, ready):
     for k in range(bucket_s.size):
         late = max(late, ready[k] - before)
         before += bucket_s[k]
-    return _pairwise_sum(bucket_s, 0, bucket_s.size) + late
+    return pairwise_sum(bucket_s, 0, bucket_s.size) + late
 
 
 @njit(cache=True)
@@ -404,13 +353,13 @@ def _stages_exposed(nb, secs, sms, lb_start, lb_end, end, overlap_grad, overlap_
         ready = np.full(bucket_s.size, end[s])
         if overlap_grad:
             _fill_ready(lb_start[s], lb_end[s], ready)
-        total = _pairwise_sum(bucket_s, 0, bucket_s.size)
+        total = pairwise_sum(bucket_s, 0, bucket_s.size)
         exposed = max(0.0, _stream_end(bucket_s, ready) - end[s])
         grad = exposed + (total - exposed) * sms[0, s] / sm_count
         gather = 0.0
         if gather_s.size and overlap_gather:
-            gather = gather_s[0] + _pairwise_sum(gather_s, 1, gather_s.size - 1) * sms[1, s] / sm_count
+            gather = gather_s[0] + pairwise_sum(gather_s, 1, gather_s.size - 1) * sms[1, s] / sm_count
         elif gather_s.size:
-            gather = _pairwise_sum(gather_s, 0, gather_s.size)
+            gather = pairwise_sum(gather_s, 0, gather_s.size)
         out[s] = 0.0 + grad + gather + 0.0  # Python's sum of dp_exposed's three, the last 0 here
     return out

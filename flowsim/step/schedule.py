@@ -91,6 +91,7 @@ from flowsim.step.overlap import shared_sm_time_s
 from flowsim.step.pipeline_orders import (BWD, DUALPIPE, FWD, GPIPE, INTERLEAVED, ONE_F_ONE_B,  # noqa: F401
                                           SCHEDULE_IDS, WGRAD, ZB_H1, path_links)
 from flowsim.step.pipeline_orders import schedule_plan as _plan
+from flowsim.step.sums import pairwise_sum
 
 DEEPSPEED_SCHEDULES = ("1f1b",)  # the order of DeepSpeed's TrainSchedule
 SPLIT_BACKWARD = ("zb-h1", "dualpipe")  # schedules that run weight gradients as passes of their own
@@ -161,7 +162,8 @@ def _durations(order, publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share):
 @njit(cache=True)
 def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, engine):
     """List-schedule every stage's passes (``dur``: seconds of each) with each stage's CPU issuing them;
-    returns start/end per pass (seconds) and how many ran.
+    returns start/end per pass (seconds) and how many ran. ``host_s`` and ``lag_s`` of no columns: the CPU
+    issues every pass in no time.
 
     A pass's GPU work may start when its stage is free and its input (:func:`_inputs`) has arrived:
     ``p2p_s`` after the source pass's output is sent, when that ran on another stage. The stage's CPU issues
@@ -180,6 +182,7 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, engine)
     nxt = np.zeros(p, dtype=np.int64)  # passes each stage has run
     free = np.zeros(p)
     cpu = np.zeros(p)  # when each stage's CPU has issued its passes so far
+    issues = host_s.shape[1] > 0
     done = 0
     while done < p * n:
         progressed = False
@@ -207,8 +210,9 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, engine)
                 t0 = max(free[s], ready)
                 if p2p_sync and (sends or (q >= 0 and q != s)):  # waits for the device, the send, the input
                     cpu[s] = max(cpu[s], t0, end[s, i - 1] + p2p_s if sends else 0.0)
-                free[s] = max(t0 + dur[s, i], cpu[s] + max(host_s[s, i], dur[s, i] + lag_s[s, i]))
-                cpu[s] += host_s[s, i]
+                host, lag = (host_s[s, i], lag_s[s, i]) if issues else (0.0, 0.0)
+                free[s] = max(t0 + dur[s, i], cpu[s] + max(host, dur[s, i] + lag))
+                cpu[s] += host
                 start[s, i] = free[s] - dur[s, i]
                 end[s, i] = free[s]
                 if engine == 0 or dst[s, i] < 0 or i == n - 1:
@@ -220,6 +224,25 @@ def _run(order, src, src_pass, dur, p2p_s, host_s, lag_s, dst, p2p_sync, engine)
             break  # a cycle: cannot happen for the orders built above; caught by the caller
     return start, end, done
 
+
+@njit(cache=True)
+def _timeline_arrays(start, end, publish, last_bwd):
+    """What :class:`PipelineTimeline` reads of a run: each pass's send time (the end of the pass that publishes
+    it), each stage's busy seconds (its passes' durations summed as numpy sums a row), the start and end of each
+    chunk's last backward."""
+    p, n = end.shape
+    v = last_bwd.shape[1]
+    send_s, busy = np.empty((p, n)), np.empty(p)
+    lb_start, lb_end = np.empty((p, v)), np.empty((p, v))
+    took = np.empty(n)
+    for s in range(p):
+        for i in range(n):
+            send_s[s, i] = end[s, publish[s, i]]
+            took[i] = end[s, i] - start[s, i]
+        busy[s] = pairwise_sum(took, 0, n)
+        for c in range(v):
+            lb_start[s, c], lb_end[s, c] = start[s, last_bwd[s, c]], end[s, last_bwd[s, c]]
+    return send_s, busy, lb_start, lb_end
 
 
 @functools.lru_cache(maxsize=4096)  # a few floats each: every layout of a tune (gpt3-175b on 1,024 GPUs: 388)
@@ -296,7 +319,7 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         comm_f, comm_b = (np.ascontiguousarray(a, dtype=np.float64) for a in overlap_comm[:2])
         share = float(overlap_comm[2])
     dur = _durations(plan.order, plan.publish, fwd_s, bwd_s, w_s, comm_f, comm_b, share)
-    hs = lag = np.zeros_like(dur)
+    hs = lag = np.zeros((p, 0))
     if host is not None:
         rows = np.arange(p)[:, None]
         hs = host.host_s[plan.order[:, :, 0], rows, plan.order[:, :, 2]]
@@ -310,8 +333,7 @@ def simulate_pipeline(schedule: str, num_microbatches: int, fwd_s: np.ndarray, b
         _, free, done = _run(*before, 0.0, *after)
         assert done == free.size, "pipeline schedule deadlocked"
         free_end = float(free[:, -1].max())
-    rows = np.arange(p)[:, None]
-    return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=(end - start).sum(axis=1),
-                            last_bwd_start_s=start[rows, plan.last_bwd], last_bwd_end_s=end[rows, plan.last_bwd],
-                            start_s=start, end_op_s=end, order=plan.order, send_to=plan.send_to,
-                            send_s=end[rows, plan.publish], free_end_s=free_end)
+    send_s, busy, lb_start, lb_end = _timeline_arrays(start, end, plan.publish, plan.last_bwd)
+    return PipelineTimeline(end_s=end[:, -1].copy(), busy_s=busy, last_bwd_start_s=lb_start, last_bwd_end_s=lb_end,
+                            start_s=start, end_op_s=end, order=plan.order, send_to=plan.send_to, send_s=send_s,
+                            free_end_s=free_end)
