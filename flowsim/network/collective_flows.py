@@ -385,26 +385,34 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     n = int(base[-1])
     chained = [i for i, a in enumerate(after) if a is not None]
     barrier = {i: n + k for k, i in enumerate(chained)}
-    kernel_base = np.cumsum([topo.n_links] + [p.kernel_Bps.size for p in preps])
-    ptrs, links, deps = [], [], []
+    # Each collective's CSR offsets shifted by the hops and dependencies before it; its kernel links (numbered
+    # from topo.n_links) by the kernel links before it.
+    ptrs, links, dep_ptrs, dep_idxs = [np.zeros(1, dtype=np.int64)], [], [np.zeros(1, dtype=np.int64)], []
+    hops = deps = kernels = 0
     for i, p in enumerate(preps):
-        links.append(np.where(p.links >= topo.n_links, p.links + (kernel_base[i] - topo.n_links), p.links))
-        ptrs.append(np.diff(p.ptr))
+        links.append(np.where(p.links >= topo.n_links, p.links + kernels, p.links) if kernels else p.links)
+        ptrs.append(p.ptr[1:] + hops)
+        hops += p.links.size
+        kernels += p.kernel_Bps.size
         dp, di = p.dep_csr()
         if i in barrier:
             dp, di = _root_dep(dp, di, barrier[i] - base[i])
-        deps.append((np.diff(dp), di + base[i]))
-    for i in chained:  # barrier i waits for every transfer of after[i]
-        ptrs.append(np.zeros(1, dtype=np.int64))
-        deps.append((np.array([preps[after[i]].n_transfers]), np.arange(base[after[i]], base[after[i] + 1])))
-    route_ptr = np.concatenate([[0], np.cumsum(np.concatenate(ptrs))])
-    dep_ptr = np.concatenate([[0], np.cumsum(np.concatenate([c for c, _ in deps]))])
+        dep_ptrs.append(dp[1:] + deps)
+        dep_idxs.append(di + base[i])
+        deps += di.size
+    for i in chained:  # barrier i (no hops) waits for every transfer of after[i]
+        ptrs.append(np.array([hops], dtype=np.int64))
+        deps += preps[after[i]].n_transfers
+        dep_ptrs.append(np.array([deps], dtype=np.int64))
+        dep_idxs.append(np.arange(base[after[i]], base[after[i] + 1]))
+    route_ptr = np.concatenate(ptrs)
+    dep_ptr = np.concatenate(dep_ptrs)
     size = np.concatenate([np.tile(p.plan.payload_bytes * p.plan.wire_factor, p.groups.shape[0]) for p in preps]
                           + [np.zeros(len(chained))])
     latency = np.concatenate([np.tile(p.plan.latency_s, p.groups.shape[0]) for p in preps]
                              + [[preps[after[i]].plan.base_latency_s for i in chained]])
     res = simulate(np.concatenate([_capacity(topo)] + [p.kernel_Bps for p in preps]), route_ptr,
-                   np.concatenate(links), size, dep_ptr=dep_ptr, dep_idx=np.concatenate([d for _, d in deps]),
+                   np.concatenate(links), size, dep_ptr=dep_ptr, dep_idx=np.concatenate(dep_idxs),
                    latency_s=latency)
     start = [float(res.finish_s[barrier[i]]) if i in barrier else 0.0 for i in range(len(preps))]
     return res, base, start
