@@ -36,6 +36,9 @@ REQUIRED_FIELDS = (
     + ("peak_TFLOPS", "nvls", "sources")
 )
 OPTIONAL_FIELDS = ("notes", "power_limit_W")
+# PyYAML's safe loader on libyaml's parser where PyYAML was built with it: the same resolver and constructors, so
+# the same values, read about 9x faster (the README estimate reads ten GPU files: about 25 ms less).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_spec_file(path) -> GPUSpec:
@@ -59,7 +62,7 @@ def load_spec_file(path) -> GPUSpec:
     """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError("gpu", f"cannot read GPU spec file ({type(e).__name__})", str(path)) from None
     if not isinstance(raw, dict):

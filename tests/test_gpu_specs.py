@@ -129,3 +129,11 @@ def test_cli_unknown_gpu_is_one_line_exit_2():
     res = CliRunner().invoke(main, ["gpus", "x999"])
     assert res.exit_code == 2
     assert res.output.startswith("Error: gpu: unknown GPU; known: ") and res.output.count("\n") == 1
+
+
+def test_libyaml_reads_the_same_records_as_pyyamls_safe_load():
+    from flowsim.gpu_specs.loader import spec_from_dict
+
+    for key in gpu_keys():
+        path = DATA_DIR / f"{key}.yaml"
+        assert repr(load_spec_file(path)) == repr(spec_from_dict(yaml.safe_load(path.read_text()), origin=path.name))
