@@ -73,7 +73,7 @@ def op_times(ops, gpu: GPUSpec, attention_impl: str | None = None,
         Software release, power limit and calibrated GEMM multiplier of the job; default
         :data:`~flowsim.kernels.stack.DEFAULT_STACK`.
     trusted : bool, optional
-        The table was built by flowsim from a workload (:func:`flowsim.step.blocks.ops_frame`: every column
+        The table was built by flowsim from a workload (:func:`flowsim.step.blocks.op_columns`: every column
         present, of the schema's dtype, values valid), so the op-table checks are skipped (``simulate`` of the
         README example about 1.2x faster, docs/PERFORMANCE.md; tests/test_fast_path.py compares both ways).
         Never for a user's table.
