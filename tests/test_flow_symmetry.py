@@ -228,3 +228,18 @@ def test_refinement_that_explodes_stops_after_that_round(monkeypatch):
     assert quotient(cap, ptr, links, size, zeros, zeros, dptr, didx) is None
     fast, slow = simulate(cap, ptr, links, size), simulate(cap, ptr, links, size, symmetry=False)
     assert np.array_equal(fast.finish_s, slow.finish_s)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(-2**62, 2**62) | st.integers(0, 5), min_size=1, max_size=60), min_size=1,
+                max_size=6))
+def test_dense_colours_through_one_reused_table(key_lists):
+    """Refinement rounds share one hash table (symmetry._dense_into): each call numbers its keys by first
+    occurrence, as a dictionary does, and leaves the table empty for the next."""
+    tab = symmetry._table(max(len(k) for k in key_lists))
+    for keys in key_lists:
+        first = {}
+        want = [first.setdefault(k, len(first)) for k in keys]
+        got, n = symmetry._dense_into(np.array(keys, dtype=np.int64), *tab)
+        assert got.tolist() == want and n == len(first)
+        assert (tab[1] == -1).all()

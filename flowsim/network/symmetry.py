@@ -104,25 +104,43 @@ def _h(x, salt):
 def _dense(keys):
     """Dense colours of int64 ``keys`` numbered in order of first occurrence (open-addressing hash table), and
     their count."""
+    return _dense_into(keys, *_table(keys.shape[0]))
+
+
+@njit(cache=True)
+def _dense_into(keys, slot_key, slot_col, first):
+    """:func:`_dense` with the caller's table (``slot_key``, ``slot_col``: a power of two of at least twice the
+    keys, ``slot_col`` all -1 on entry and again on exit) and scratch (``first``, one entry per key): a
+    refinement re-uses one table over its rounds instead of allocating and clearing a fresh one each round (the
+    links' table of a llama3.1-405b window is 262,144 slots for 84,000 keys). The colours do not depend on the
+    table."""
     n = keys.shape[0]
-    size = 1
-    while size < 2 * n:
-        size *= 2
-    slot_key = np.empty(size, dtype=np.int64)
-    slot_col = np.full(size, -1, dtype=np.int64)
+    mask = slot_col.shape[0] - 1
     out = np.empty(n, dtype=np.int64)
     n_col = 0
     for i in range(n):
         k = keys[i]
-        j = _h(k, 0) & (size - 1)
+        j = _h(k, 0) & mask
         while slot_col[j] >= 0 and slot_key[j] != k:
-            j = (j + 1) & (size - 1)
+            j = (j + 1) & mask
         if slot_col[j] < 0:
             slot_key[j] = k
             slot_col[j] = n_col
+            first[n_col] = j
             n_col += 1
         out[i] = slot_col[j]
+    for c in range(n_col):
+        slot_col[first[c]] = -1
     return out, n_col
+
+
+@njit(cache=True)
+def _table(n):
+    """An empty table and scratch for :func:`_dense_into` of ``n`` keys."""
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    return np.empty(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), np.empty(n, dtype=np.int64)
 
 
 @njit(cache=True)
@@ -217,12 +235,14 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
     key = np.empty(n, dtype=np.int64)
     for t in range(n):
         key[t] = _h(_h(_h(_h(size_bits[t], 1), release_bits[t]), latency_bits[t]), depth[t])
-    tcol, n_tc = _dense(key)
+    t_tab = _table(n)
+    l_tab = _table(used.shape[0])
+    tcol, n_tc = _dense_into(key, *t_tab)
     lcol = np.full(cap_bits.shape[0], -1, dtype=np.int64)
     lkey = np.empty(used.shape[0], dtype=np.int64)
     for i in range(used.shape[0]):
         lkey[i] = cap_bits[used[i]]
-    lc, n_lc = _dense(lkey)
+    lc, n_lc = _dense_into(lkey, *l_tab)
     for i in range(used.shape[0]):
         lcol[used[i]] = lc[i]
     stable = False
@@ -252,8 +272,8 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
             for k in range(link_ptr[l], link_ptr[l + 1]):
                 a += thash[link_flows[k]]
             lkey[i] = _h(lcol[l], a)
-        tc2, n_tc2 = _dense(key)
-        lc2, n_lc2 = _dense(lkey)
+        tc2, n_tc2 = _dense_into(key, *t_tab)
+        lc2, n_lc2 = _dense_into(lkey, *l_tab)
         if n_tc2 == n_tc and n_lc2 == n_lc:
             stable = True
             break
