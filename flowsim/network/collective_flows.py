@@ -351,7 +351,8 @@ def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
     owner = np.full(topo.n_links, -1, dtype=np.int64)
     for i, p in enumerate(preps):
         seen = owner[p.net_links]
-        for j in np.unique(seen[seen >= 0]).tolist() + ([after[i]] if after[i] is not None else []):
+        shared = np.flatnonzero(np.bincount(seen[seen >= 0], minlength=i)).tolist()  # earlier ones on its links
+        for j in shared + ([after[i]] if after[i] is not None else []):
             parent[root(j)] = root(i)
         owner[p.net_links] = i
     roots = {root(i) for i in focus}

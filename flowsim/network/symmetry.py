@@ -157,10 +157,13 @@ def _labels(size_bits, release_bits, latency_bits):
     equal labels for equal triples, exactly (each attribute's dense colours, then pairs of them; constant
     attributes skipped)."""
     out = np.zeros(size_bits.shape[0], dtype=np.int64)
+    tab = _table(0)
     for x in (size_bits, release_bits, latency_bits):
         if not _constant(x):
-            c, n_c = _dense(x)
-            out = _dense(out * n_c + c)[0]  # both < n: no overflow below 3e9 transfers
+            if tab[2].shape[0] == 0:
+                tab = _table(x.shape[0])  # one table for all (_dense_into)
+            c, n_c = _dense_into(x, *tab)
+            out = _dense_into(out * n_c + c, *tab)[0]  # both < n: no overflow below 3e9 transfers
     return out
 
 
