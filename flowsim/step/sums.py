@@ -8,7 +8,7 @@ of a C-contiguous 2-D array summed along ``axis=1`` is one such run (tests/test_
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from flowsim._jit import njit
 
 
 @njit(cache=True)
