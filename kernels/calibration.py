@@ -24,17 +24,29 @@ Profile file (YAML)::
         rows: 40                     # rows that informed it
         fitted_on: <sources>
         cv_error_pct: 9.8            # leave-one-source-out median |error| with the parameter in the profile
+    dropped: [gemm_fraction:hopper:megatron-bridge-2025]   # fitted, but uncalibrated did better: value 1
+    fallbacks:                       # for pairs no parameter covers (optional)
+      - name: gemm_fraction
+        value: 0.83                  # the mean of the profile's gemm_fraction values
+        cv_error_pct: 9.4            # leave-one-cluster-out median |error| at the other clusters' mean
+        uncalibrated_cv_pct: 11.9    # the same rows uncalibrated
+
+A job's value of a parameter (:meth:`Profile.value`): the parameter fitted for its (generation, family); 1 for a
+dropped key; else the fallback of that parameter (``flowsim calibrate`` writes one only when it lowers the
+leave-one-cluster-out error, :mod:`flowsim.calibrate.fit`), with a :class:`~flowsim.errors.FlowsimWarning`
+naming it; else 1.
 """
 from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.gpu_specs import GPUSpec
 from flowsim.kernels.stack import KernelStack, attention_kernel, release, releases
 
@@ -107,26 +119,59 @@ class Parameter:
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """A profile's value of ``name`` for the pairs none of its parameters covers (module docstring), with its
+    leave-one-cluster-out check: ``cv_error_pct`` at the fallback, ``uncalibrated_cv_pct`` without it (%)."""
+
+    name: str
+    value: float
+    cv_error_pct: float
+    uncalibrated_cv_pct: float
+
+    def to_dict(self) -> dict:
+        """The YAML mapping of this fallback."""
+        return {"name": self.name, "value": round(self.value, 6), "cv_error_pct": round(self.cv_error_pct, 3),
+                "uncalibrated_cv_pct": round(self.uncalibrated_cv_pct, 3)}
+
+
+@dataclass(frozen=True)
 class Profile:
-    """A calibration profile: ``parameters`` (tuple of :class:`Parameter`) and the fit's provenance."""
+    """A calibration profile: ``parameters`` (tuple of :class:`Parameter`), the keys fitted and ``dropped``, the
+    ``fallbacks`` (tuple of :class:`Fallback`) and the fit's provenance."""
 
     parameters: tuple
     fitted_on: str = ""
     command: str = ""
     errors: tuple = ()
+    dropped: tuple = ()
+    fallbacks: tuple = ()
 
     def value(self, name: str, arch: str, family: str) -> float:
-        """The fitted value of ``name`` for (arch, family); 1.0 (uncalibrated) when the profile has none."""
+        """The value of ``name`` for (arch, family): fitted; 1.0 for a dropped key; else the fallback of ``name``
+        (with a FlowsimWarning); else 1.0 (uncalibrated)."""
         for p in self.parameters:
             if (p.name, p.arch, p.family) == (name, arch, family):
                 return p.value
+        if f"{name}:{arch}:{family}" in self.dropped:
+            return 1.0
+        for f in self.fallbacks:
+            if f.name == name:
+                warnings.warn(f"calibration: no {name} fitted for {arch} x {family}; the profile's fallback "
+                              f"{f.value:.3f} applies (the mean of its fitted values, docs/CALIBRATION.md)",
+                              FlowsimWarning, stacklevel=3)
+                return f.value
         return 1.0
 
     def to_dict(self) -> dict:
         """The YAML mapping of the profile."""
-        return {"schema": SCHEMA, "fitted_on": self.fitted_on, "command": self.command,
-                "errors": {k: round(v, 3) for k, v in self.errors},
-                "parameters": [p.to_dict() for p in self.parameters]}
+        out = {"schema": SCHEMA, "fitted_on": self.fitted_on, "command": self.command,
+               "errors": {k: round(v, 3) for k, v in self.errors},
+               "parameters": [p.to_dict() for p in self.parameters]}
+        if self.dropped:
+            out["dropped"] = list(self.dropped)
+        if self.fallbacks:
+            out["fallbacks"] = [f.to_dict() for f in self.fallbacks]
+        return out
 
 
 def write_profile(profile: Profile, path) -> None:
@@ -184,7 +229,42 @@ def _load(path: str, _stamp: int) -> Profile:
         raise ConfigError("calibration.parameters", "a parameter is listed twice", dup[0])
     errors = raw.get("errors") or {}
     return Profile(params, str(raw.get("fitted_on", "")), str(raw.get("command", "")),
-                   tuple((str(k), float(v)) for k, v in errors.items()))
+                   tuple((str(k), float(v)) for k, v in errors.items()), _dropped(raw.get("dropped") or []),
+                   tuple(_fallback(i, f) for i, f in enumerate(_listed(raw, "fallbacks"))))
+
+
+def _listed(raw: dict, field: str) -> list:
+    items = raw.get(field) or []
+    if not isinstance(items, list):
+        raise ConfigError(f"calibration.{field}", "must be a list", type(items).__name__)
+    return items
+
+
+def _dropped(items) -> tuple:
+    if not isinstance(items, list):
+        raise ConfigError("calibration.dropped", "must be a list of name:arch:family keys", type(items).__name__)
+    for i, k in enumerate(items):
+        parts = str(k).split(":")
+        if len(parts) != 3 or parts[0] not in PARAMETERS:
+            raise ConfigError(f"calibration.dropped[{i}]", "must be a name:arch:family key of a known parameter", k)
+    return tuple(str(k) for k in items)
+
+
+def _fallback(i: int, f) -> Fallback:
+    where = f"calibration.fallbacks[{i}]"
+    if not isinstance(f, dict):
+        raise ConfigError(where, "must be a mapping", f)
+    spec = PARAMETERS.get(f.get("name"))
+    if spec is None:
+        raise ConfigError(f"{where}.name", f"unknown parameter; known: {', '.join(PARAMETERS)}", f.get("name"))
+    for field in ("value", "cv_error_pct", "uncalibrated_cv_pct"):
+        v = f.get(field)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"{where}.{field}", "must be a finite number", v)
+    if not spec.range[0] <= f["value"] <= spec.range[1]:
+        raise ConfigError(f"{where}.value", f"must lie inside the range of {spec.name}, {list(spec.range)}",
+                          f["value"])
+    return Fallback(spec.name, float(f["value"]), float(f["cv_error_pct"]), float(f["uncalibrated_cv_pct"]))
 
 
 _FIELDS = ("name", "arch", "family", "value", "range", "uncertainty", "rows", "fitted_on", "cv_error_pct")

@@ -1,15 +1,18 @@
 """flowsim.calibrate: known answers on synthetic runs, the rules (>= 3 rows, physical range, kept only if it lowers
 the leave-one-source-out error), tabulated responses, the transfer check, and calibration profiles."""
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from flowsim.calibrate import MIN_ROWS, Observations, ResponseTable, calibrate_on, fit, grid, profile_of
-from flowsim.errors import ConfigError
+from flowsim.errors import ConfigError, FlowsimWarning
 from flowsim.gpu_specs import get_gpu
 from flowsim.kernels import KernelStack, op_breakdown
-from flowsim.kernels.calibration import DEFAULT_PROFILE, PARAMETERS, job_stack, load_profile, write_profile
+from flowsim.kernels.calibration import (DEFAULT_PROFILE, PARAMETERS, Fallback, Parameter, Profile, job_stack,
+                                        load_profile, write_profile)
 
 RANGE = PARAMETERS["gemm_fraction"].range
 HOP, BW, AMP = ("gemm_fraction:hopper:megatron-core-2024", "gemm_fraction:blackwell:megatron-bridge-2025",
@@ -130,7 +133,70 @@ def test_profile_round_trip_and_job_stack(tmp_path):
     assert back.value("gemm_fraction", "hopper", "megatron-core-2024") == pytest.approx(0.83, rel=0.02)
     stack = job_stack(get_gpu("h100-sxm"), "nemo-24.07", 0.0, str(path))
     assert stack.gemm_scale == pytest.approx(0.83, rel=0.02)
-    assert job_stack(get_gpu("h100-sxm"), "torchtitan-2024-12", 0.0, str(path)).gemm_scale == 1.0  # not fitted
+    uncovered = [f.value for f in prof.fallbacks] or [1.0]  # hopper x pytorch-native: not fitted
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FlowsimWarning)
+        assert job_stack(get_gpu("h100-sxm"), "torchtitan-2024-12", 0.0, str(path)).gemm_scale == uncovered[0]
+
+
+def _fallback_fit(truths: dict):
+    keys, sources = _layout({k: {f"S{i}": 4, f"T{i}": 4} for i, k in enumerate(truths)})
+    rng = np.random.default_rng(3)
+    base, a = rng.uniform(1.0, 20.0, len(keys)), rng.uniform(0.4, 0.9, len(keys))
+
+    def predict(values):
+        return base * (a / np.asarray(values) + 1.0 - a)
+
+    measured = predict(np.array([truths[k] for k in keys]))
+    return fit(Observations(measured, np.array(sources), np.array(keys)), predict, {k: RANGE for k in truths})
+
+
+def test_fallback_is_the_mean_of_the_kept_values_and_kept_when_it_lowers_the_cluster_out_error():
+    r = _fallback_fit({HOP: 0.80, BW: 0.84, AMP: 0.82})
+    assert r.fallback.value == pytest.approx(np.mean([p.value for p in r.parameters]))
+    assert r.fallback.value == pytest.approx(0.82, rel=0.01)
+    # each cluster predicted at the other two's mean is within ~2 % where uncalibrated is ~10 % off
+    assert r.fallback.kept and r.fallback.loco_pct < 3 < 8 < r.fallback.loco_uncalibrated_pct
+    prof = profile_of(r, "synthetic", "test")
+    assert [(f.name, f.value) for f in prof.fallbacks] == [("gemm_fraction", r.fallback.value)]
+
+
+def test_fallback_is_not_kept_when_the_clusters_disagree():
+    # each cluster predicted at the other's value is further off than uncalibrated
+    r = _fallback_fit({HOP: 0.65, BW: 1.12})
+    assert r.fallback is not None and not r.fallback.kept
+    assert r.fallback.loco_pct > r.fallback.loco_uncalibrated_pct
+    assert profile_of(r, "synthetic", "test").fallbacks == ()
+
+
+def test_profile_value_fitted_then_dropped_then_fallback():
+    fitted = Parameter("gemm_fraction", "hopper", "megatron-core-2024", 0.86, RANGE, 0.01, 9, "A", 3.0)
+    prof = Profile((fitted,), dropped=("gemm_fraction:hopper:megatron-bridge-2025",),
+                   fallbacks=(Fallback("gemm_fraction", 0.8, 9.0, 12.0),))
+    assert prof.value("gemm_fraction", "hopper", "megatron-core-2024") == 0.86
+    assert prof.value("gemm_fraction", "hopper", "megatron-bridge-2025") == 1.0  # its runs preferred uncalibrated
+    with pytest.warns(FlowsimWarning, match=r"no gemm_fraction fitted for ampere x pytorch-native; the profile's "
+                                            r"fallback 0\.800 applies"):
+        assert prof.value("gemm_fraction", "ampere", "pytorch-native") == 0.8
+    assert prof.value("host_multiplier", "arm", "pytorch-native") == 1.0  # no fallback of that parameter
+    assert Profile((fitted,)).value("gemm_fraction", "ampere", "pytorch-native") == 1.0
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"fallbacks": [{"name": "gemm_fraction", "value": 0.3, "cv_error_pct": 1.0, "uncalibrated_cv_pct": 2.0}]},
+     r"^calibration\.fallbacks\[0\]\.value: must lie inside the range of gemm_fraction, \[0\.6, 1\.15\] "),
+    ({"fallbacks": [{"name": "nope", "value": 0.8, "cv_error_pct": 1.0, "uncalibrated_cv_pct": 2.0}]},
+     r"^calibration\.fallbacks\[0\]\.name: unknown parameter"),
+    ({"fallbacks": [{"name": "gemm_fraction", "value": 0.8, "cv_error_pct": "x", "uncalibrated_cv_pct": 2.0}]},
+     r"^calibration\.fallbacks\[0\]\.cv_error_pct: must be a finite number"),
+    ({"dropped": ["gemm_fraction:hopper"]}, r"^calibration\.dropped\[0\]: must be a name:arch:family key"),
+    ({"dropped": "gemm_fraction:hopper:x"}, r"^calibration\.dropped: must be a list"),
+])
+def test_bad_fallbacks_and_dropped_keys_are_one_line_errors(tmp_path, extra, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"schema": "flowsim-calibration-profile/1", "parameters": [], **extra}))
+    with pytest.raises(ConfigError, match=message):
+        load_profile(str(path))
 
 
 def test_gemm_scale_reaches_the_op_pricing():

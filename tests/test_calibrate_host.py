@@ -94,7 +94,7 @@ def _synthetic_runs(tmp_path, truth):
 
 def test_second_stage_recovers_the_multiplier_of_the_informed_runs(tmp_path):
     runs, simulate = _synthetic_runs(tmp_path, 1.6)
-    host = fit_host(runs, simulate, (), 7)
+    host = fit_host(runs, simulate, Profile(()), 7)
     assert host.informed == {"host_multiplier:arm:megatron-bridge-2025": 5} and host.refused == ()
     (p,) = host.result.parameters
     assert p.value == pytest.approx(1.6, rel=0.02) and p.rows == 5
@@ -106,6 +106,6 @@ def test_second_stage_recovers_the_multiplier_of_the_informed_runs(tmp_path):
 
 def test_second_stage_refuses_a_multiplier_fewer_than_three_runs_inform(tmp_path):
     runs, simulate = _synthetic_runs(tmp_path, 1.6)
-    host = fit_host(runs[4:], simulate, (), 7)  # one host-bound run, two GPU-bound ones
+    host = fit_host(runs[4:], simulate, Profile(()), 7)  # one host-bound run, two GPU-bound ones
     assert host.result is None and host.refused == (("host_multiplier:arm:megatron-bridge-2025", 1),)
     assert INFORM_PCT == 0.5

@@ -17,6 +17,14 @@ other sources inform with fewer than :data:`MIN_ROWS` rows stays at 1 there). A 
 rows' leave-one-source-out median |error| is lower than their uncalibrated one by more than
 :data:`CV_TOLERANCE_PCT` (parameters are independent: each row depends on one, so each is judged on its rows). Uncertainty: one standard error from the Jacobian at the optimum, ``sqrt(diag(s^2 (J^T J)^-1))`` with
 ``s^2 = sum r^2 / (n - p)``.
+
+Fallback. A job whose (GPU generation, software family) no kept parameter covers (a pair the runs never
+informed, or informed by fewer than :data:`MIN_ROWS`) is priced by a profile's *fallback*: the mean of the kept
+parameters' values. Every fraction fitted so far lies below 1 (the model leaves out costs all frameworks pay), so
+with no runs of a pair their mean is a better estimate than 1, if the runs say so: leave-one-cluster-out, each
+cluster's rows (a cluster = the rows of one key) predicted at the mean of the other clusters' kept values, against
+uncalibrated. The fallback is kept only if it lowers that median |error| by more than
+:data:`CV_TOLERANCE_PCT`. Keys fitted and dropped are not covered by it: their runs said uncalibrated is better.
 """
 from __future__ import annotations
 
@@ -73,6 +81,18 @@ class FittedParameter:
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """The value for pairs no kept parameter covers (module docstring): ``value`` (the mean of the kept values),
+    ``loco_pct`` and ``loco_uncalibrated_pct`` (leave-one-cluster-out median |error| of every keyed row, %, at the
+    other clusters' mean and uncalibrated) and ``kept`` (whether it lowers that error)."""
+
+    value: float
+    loco_pct: float
+    loco_uncalibrated_pct: float
+    kept: bool
+
+
+@dataclass(frozen=True)
 class FitResult:
     """Outcome of :func:`fit`.
 
@@ -91,6 +111,9 @@ class FitResult:
         In-sample prediction of every row with the kept parameters, seconds.
     loso_predicted_s : float64[n]
         Each row predicted by the fit without its source, seconds.
+    fallback : Fallback or None
+        The fallback for uncovered pairs and its leave-one-cluster-out check; None with fewer than two kept
+        parameters (no cluster would have another to take a mean of).
     """
 
     parameters: tuple
@@ -101,6 +124,7 @@ class FitResult:
     loso_pct: float
     predicted_s: np.ndarray
     loso_predicted_s: np.ndarray
+    fallback: Fallback | None = None
 
     def value(self, key: str) -> float:
         """Fitted value of ``key`` (1.0 when it is not kept)."""
@@ -176,7 +200,24 @@ def fit(obs: Observations, predict: Callable[[np.ndarray], np.ndarray], ranges: 
         uncalibrated_pct=median_abs_error_pct(uncalibrated, obs.measured_s),
         in_sample_pct=median_abs_error_pct(predicted, obs.measured_s),
         loso_pct=median_abs_error_pct(loso_pred, obs.measured_s),
-        predicted_s=predicted, loso_predicted_s=loso_pred)
+        predicted_s=predicted, loso_predicted_s=loso_pred,
+        fallback=_fallback(solver, dict(zip(kept, values)), uncalibrated))
+
+
+def _fallback(solver: _Solver, kept: dict, uncalibrated: np.ndarray) -> Fallback | None:
+    """The mean of the kept values, checked leave-one-cluster-out (module docstring)."""
+    if len(kept) < 2:
+        return None
+    obs = solver.obs
+    keyed = obs.key != ""
+    loco = uncalibrated.copy()
+    for k in sorted(set(obs.key[keyed])):
+        rows = obs.key == k
+        others = [v for key, v in kept.items() if key != k]
+        loco[rows] = solver.predict_with([k], [float(np.mean(others))])[rows]
+    with_it = median_abs_error_pct(loco[keyed], obs.measured_s[keyed])
+    without = median_abs_error_pct(uncalibrated[keyed], obs.measured_s[keyed])
+    return Fallback(float(np.mean(list(kept.values()))), with_it, without, with_it < without - CV_TOLERANCE_PCT)
 
 
 class _Solver:

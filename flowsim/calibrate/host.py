@@ -58,7 +58,7 @@ def host_key(cfg: SimConfig) -> str:
         else ""
 
 
-def fit_host(runs: Sequence, simulate: Callable, gemm: Sequence[Parameter], points: int) -> HostFit:
+def fit_host(runs: Sequence, simulate: Callable, gemm: Profile, points: int) -> HostFit:
     """Fit the host multipliers the runs inform, with the first stage's GEMM fractions ``gemm`` fixed.
 
     Parameters
@@ -66,8 +66,9 @@ def fit_host(runs: Sequence, simulate: Callable, gemm: Sequence[Parameter], poin
     runs : sequence of flowsim.calibrate.Run
     simulate : callable
         ``simulate(SimConfig) -> Result``-like with ``step_time_s``.
-    gemm : sequence of Parameter
-        The kept GEMM fractions (every simulation here runs with them).
+    gemm : Profile
+        The first stage's profile: its kept GEMM fractions, dropped keys and fallback (every simulation here runs
+        with them).
     points : int
         Grid size over the multiplier's range (>= 3).
     """
@@ -78,10 +79,11 @@ def fit_host(runs: Sequence, simulate: Callable, gemm: Sequence[Parameter], poin
     with tempfile.TemporaryDirectory(prefix="flowsim-calibrate-host-") as tmp:
         def times(value: float, rows) -> np.ndarray:
             path = Path(tmp) / f"host{value:.6g}.yaml"
-            params = tuple(gemm) + tuple(Parameter(*k.split(":"), value, HOST.range, 0.0, MIN_ROWS,
-                                                   "tabulation grid point", 0.0)
-                                         for k in sorted(set(keys) - {""}))
-            write_profile(Profile(params, "tabulation grid point"), path)
+            params = gemm.parameters + tuple(Parameter(*k.split(":"), value, HOST.range, 0.0, MIN_ROWS,
+                                                       "tabulation grid point", 0.0)
+                                             for k in sorted(set(keys) - {""}))
+            write_profile(Profile(params, "tabulation grid point", dropped=gemm.dropped, fallbacks=gemm.fallbacks),
+                          path)
             out = np.full(n, np.nan)
             for i in rows:
                 cfg = runs[i].config

@@ -18,7 +18,7 @@ from flowsim.calibrate.fit import FitResult, Observations, fit, median_abs_error
 from flowsim.calibrate.response import ResponseTable, grid
 from flowsim.config import SimConfig
 from flowsim.gpu_specs import get_gpu
-from flowsim.kernels.calibration import PARAMETERS, Parameter, Profile, job_stack, write_profile
+from flowsim.kernels.calibration import PARAMETERS, Fallback, Parameter, Profile, job_stack, write_profile
 from flowsim.kernels.stack import release
 
 GEMM = PARAMETERS["gemm_fraction"]
@@ -99,17 +99,21 @@ def calibrate_runs(runs: Sequence[Run], table: ResponseTable, keys: Sequence[str
 
 
 def profile_of(result: FitResult, fitted_on: str, command: str, host=None) -> Profile:
-    """The calibration profile of a fit: its kept parameters with range, uncertainty, rows and CV error.
+    """The calibration profile of a fit: its kept parameters with range, uncertainty, rows and CV error, the keys
+    it dropped, and each stage's fallback where it lowers the leave-one-cluster-out error.
 
     ``host`` (:class:`flowsim.calibrate.host.HostFit`, optional) adds the kept host multipliers; the errors are
     then those of the runs with both stages (each run's GEMM-stage prediction times its host-stage ratio).
     """
-    kept = list(result.parameters) + (list(host.result.parameters) if host is not None and host.result else [])
+    stages = [result] + ([host.result] if host is not None and host.result else [])
     params = tuple(
         Parameter(*_split(p.key), p.value, PARAMETERS[_split(p.key)[0]].range, p.uncertainty, p.rows,
                   ", ".join(p.sources), p.cv_error_pct)
-        for p in kept)
-    return Profile(params, fitted_on, command, errors_of(result, host))
+        for stage in stages for p in stage.parameters)
+    dropped = tuple(str(k) for stage in stages for k in stage.dropped)
+    fallbacks = tuple(Fallback(_split(stage.parameters[0].key)[0], f.value, f.loco_pct, f.loco_uncalibrated_pct)
+                      for stage in stages for f in [stage.fallback] if f is not None and f.kept)
+    return Profile(params, fitted_on, command, errors_of(result, host), dropped, fallbacks)
 
 
 def errors_of(result: FitResult, host=None) -> tuple:

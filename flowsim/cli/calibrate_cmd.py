@@ -61,7 +61,7 @@ def host_stage(runs, result, grid_points: int):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FlowsimWarning)
-        return fit_host(runs, simulate, profile_of(result, "", "").parameters, grid_points)
+        return fit_host(runs, simulate, profile_of(result, "", ""), grid_points)
 
 
 @click.command("calibrate")
@@ -114,6 +114,7 @@ def calibrate(runs_csv, output, grid_points, as_json):
     dropped = list(result.dropped) + (list(host.result.dropped) if host.result else [])
     if as_json:
         echo_json({"parameters": [p.to_dict() for p in profile.parameters],
+                   "fallbacks": [f.to_dict() for f in profile.fallbacks],
                    "refused": [{"key": k, "rows": n} for k, n in refused],
                    "dropped": dropped, "errors": summary})
         return
@@ -125,6 +126,12 @@ def calibrate(runs_csv, output, grid_points, as_json):
         click.echo(f"refused {k}: informed by {n} run(s), fewer than 3", file=out)
     for k in dropped:
         click.echo(f"dropped {k}: does not lower the leave-one-source-out error", file=out)
+    fb = result.fallback
+    if fb is not None:
+        verdict = "kept" if fb.kept else "not kept: it does not lower that error"
+        click.echo(f"fallback gemm_fraction {fb.value:.3f} (the mean of the fitted values) for pairs no parameter "
+                   f"covers: leave-one-cluster-out median |error| {fb.loco_pct:.1f} % against "
+                   f"{fb.loco_uncalibrated_pct:.1f} % uncalibrated, {verdict}", file=out)
     click.echo(f"{len(runs)} runs ({len(skipped)} rows skipped); median |error| uncalibrated "
                f"{errors['uncalibrated_median_pct']:.1f} %, in-sample {errors['in_sample_median_pct']:.1f} %, "
                f"leave-one-source-out {errors['loso_median_pct']:.1f} %", file=out)
