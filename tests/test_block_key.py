@@ -16,7 +16,7 @@ from flowsim.model import workload
 from flowsim.step import simulate as step_simulate
 
 CACHES = (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, step_simulate._OP_TIMES,
-          step_simulate._STAGE_MEMORY)
+          step_simulate._STAGE_MEMORY, step_simulate._BLOCK_TIMES)
 
 
 def _clear():

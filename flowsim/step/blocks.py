@@ -87,6 +87,19 @@ def _comm_parts(opset, comms: CollectivePricer, phase: str, count: int) -> dict:
     return out
 
 
+def counted_calls(opset, comms: CollectivePricer) -> tuple:
+    """The calls :func:`block_times` counts on ``comms``, in its order: ``((group, op, size_bytes), estimate,
+    calls per block run)`` of each of the block's collectives in :data:`PHASES` that moves bytes (for
+    :meth:`flowsim.step.pricer.CollectivePricer.recount`)."""
+    out = []
+    for ph in PHASES:
+        for r in opset.comms:
+            est = comms.estimate_of(r.group, r.op, r.size_bytes) if r.phase == ph else None
+            if est is not None:
+                out.append(((r.group, r.op, float(r.size_bytes)), est, r.count))
+    return tuple(out)
+
+
 def tp_overlapped_s(gemm_s: float, comm_s: float, pieces: int, comm_sms: int, sm_count: int) -> float:
     """Wall seconds of a GEMM of ``gemm_s`` seconds and the tensor-parallel collective of ``comm_s`` seconds
     pipelined with it (``tp_comm_overlap``; how each collective runs: :data:`flowsim.model.ops.TP_OVERLAP_SMS`).

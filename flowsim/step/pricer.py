@@ -95,6 +95,13 @@ class CollectivePricer:
             self.calls[key] = (est, (prev[1] if prev else 0) + calls)
         return est
 
+    def recount(self, calls, times: int) -> None:
+        """Count calls already estimated, as :meth:`price` counts them: ``calls`` of ``((label, op, size_bytes),
+        estimate, calls)``, each counted ``calls * times`` times per step (a cached block's collectives)."""
+        for key, est, n in calls:
+            prev = self.calls.get(key)
+            self.calls[key] = (est, (prev[1] if prev else 0) + n * times)
+
     def time(self, group: str, op: str, size_bytes: float, count_per_step: int = 0) -> float:
         """Seconds of one call on a named group, counted ``count_per_step`` times for the report."""
         if group not in self.groups:

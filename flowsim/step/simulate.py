@@ -31,7 +31,8 @@ from flowsim.kernels.calibration import job_stack
 from flowsim.model.host_costs import block_host_s
 from flowsim.model.memo import BoundedCache
 from flowsim.model.workload import block_key, build_workload, model_flops_per_token
-from flowsim.step.blocks import PHASES, block_runs, block_times, compute_parts, op_columns, paired_comm, pass_s
+from flowsim.step.blocks import (PHASES, block_runs, block_times, compute_parts, counted_calls, op_columns,
+                                 paired_comm, pass_s)
 from flowsim.step.core import PipelineProgram, run_pipeline, step_end_s
 from flowsim.step.data_parallel import dp_exposed_stages, fsdp_exposed, zero_level
 from flowsim.step.flows import FLOW_GROUPS, flow_time_s
@@ -81,11 +82,13 @@ def _kernel_stack(cfg: SimConfig, gpu):
 
 class _Priced(NamedTuple):
     """A workload's op table priced on one GPU and kernel stack: seconds of one launch of each op (read-only),
-    each block's compute seconds by phase (:func:`flowsim.step.blocks.compute_parts`), the pricing's warnings."""
+    each block's compute seconds by phase (:func:`flowsim.step.blocks.compute_parts`), the pricing's warnings and
+    its key in the cache of priced tables."""
 
     t_ops: np.ndarray
     parts: dict
     warnings: tuple
+    key: tuple
 
 
 # Priced op tables, by (the workload's block key, GPU, kernel stack): the kernel model is a pure function of the
@@ -96,6 +99,11 @@ class _Priced(NamedTuple):
 # GPUs, a few KB each). Stage memory, by (model, training config): it reads nothing else.
 _OP_TIMES = BoundedCache(1024)
 _STAGE_MEMORY = BoundedCache(256)
+# Block times (flowsim.step.blocks.block_times), by (priced table, block, pricer, tp_comm_overlap) without the flow
+# engine: the pricer's estimates are functions of its cluster, GPU, groups and comm_sms, so configs that share all
+# of these (a tune's layouts that differ in pipeline, batch or ZeRO stage) price a block's collectives once; the
+# calls each block counts are counted again at every reuse (CollectivePricer.recount). 4,096 kept, a few KB each.
+_BLOCK_TIMES = BoundedCache(4096)
 
 
 def stage_memories(cfg: SimConfig, wl) -> tuple:
@@ -104,24 +112,26 @@ def stage_memories(cfg: SimConfig, wl) -> tuple:
     return _STAGE_MEMORY.get((cfg.model, cfg.training), lambda: _stage_memories(cfg, wl))
 
 
-def _priced(wl, t_ops: np.ndarray, caught) -> _Priced:
-    """The :class:`_Priced` of ``wl``'s op table from its seconds ``t_ops`` and the warnings ``caught``."""
+def _priced(wl, t_ops: np.ndarray, caught, key: tuple) -> _Priced:
+    """The :class:`_Priced` of ``wl``'s op table from its seconds ``t_ops``, the warnings ``caught`` and its cache
+    ``key``."""
     t_ops.flags.writeable = False
     parts = {name: compute_parts(getattr(wl, name), t_ops[sl]) for name, sl in wl.op_table[1].items()}
-    return _Priced(t_ops, parts, tuple(w.message for w in caught))
+    return _Priced(t_ops, parts, tuple(w.message for w in caught), key)
 
 
 def _op_seconds(cfg: SimConfig, wl, gpu) -> _Priced:
     """``wl.op_table`` priced by :func:`flowsim.kernels.op_times` (flowsim's own table: ``trusted``)."""
     stack = _kernel_stack(cfg, gpu)
+    key = (wl.block_key, gpu, stack)
 
     def price():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t_ops = op_times(wl.op_table[0], gpu, stack=stack, trusted=True)
-        return _priced(wl, t_ops, caught)
+        return _priced(wl, t_ops, caught, key)
 
-    priced = _OP_TIMES.get((wl.block_key, gpu, stack), price)
+    priced = _OP_TIMES.get(key, price)
     for message in priced.warnings:
         warnings.warn(message, stacklevel=3)
     return priced
@@ -169,7 +179,7 @@ def price_op_tables(configs) -> int:
             continue
         sizes = [len(t["kind"]) for t in tables]
         for (key, wl), stop, size in zip(items, np.cumsum(sizes), sizes):
-            _OP_TIMES.get(key, lambda: _priced(wl, t_all[stop - size:stop].copy(), ()))
+            _OP_TIMES.get(key, lambda: _priced(wl, t_all[stop - size:stop].copy(), (), key))
             priced += 1
     return priced
 
@@ -179,9 +189,23 @@ def _block_kinds(cfg, wl, comms, priced: _Priced, spans, runs) -> tuple:
     t, m = cfg.training, cfg.num_microbatches
     L, R, M, RM = wl.chunk_layers, wl.chunk_recompute_layers, wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
 
+    where = None if t.comm_engine == "flow" else (cfg.cluster, comms.groups["tp"], t.overlap_comm_sms)
+
     def times(name, count):
-        return block_times(getattr(wl, name), priced.t_ops[spans[name]], comms, t.tp_comm_overlap, count,
-                           parts=priced.parts[name])
+        opset, fresh = getattr(wl, name), []
+        groups = tuple(sorted({(r.group, comms.groups.get(r.group)) for r in opset.comms}))  # the spans it prices on
+
+        def build():
+            fresh.append(True)
+            return (block_times(opset, priced.t_ops[spans[name]], comms, t.tp_comm_overlap, count,
+                                parts=priced.parts[name]), counted_calls(opset, comms))
+
+        if where is None:
+            return build()[0]
+        blk, calls = _BLOCK_TIMES.get((priced.key, name, where, groups, t.tp_comm_overlap), build)
+        if not fresh:
+            comms.recount(calls, count)
+        return blk
 
     kinds = [(times("layer", int((L @ runs).max())), L - M, R - RM)]
     if wl.moe_layer is not None:
