@@ -96,11 +96,14 @@ class CollectivePricer:
         return est
 
     def recount(self, calls, times: int) -> None:
-        """Count calls already estimated, as :meth:`price` counts them: ``calls`` of ``((label, op, size_bytes),
-        estimate, calls)``, each counted ``calls * times`` times per step (a cached block's collectives)."""
+        """Count calls on named groups already estimated, as :meth:`time` counts them: ``calls`` of ``((group, op,
+        size_bytes), estimate, calls)``, each counted ``calls * times`` times per step (a cached block's
+        collectives); their estimates are kept as :meth:`estimate` keeps its own."""
         for key, est, n in calls:
             prev = self.calls.get(key)
             self.calls[key] = (est, (prev[1] if prev else 0) + n * times)
+            group, op, size = key
+            self._ests.setdefault((op, size, self.span(group), group if self._override else None), est)
 
     def time(self, group: str, op: str, size_bytes: float, count_per_step: int = 0) -> float:
         """Seconds of one call on a named group, counted ``count_per_step`` times for the report."""
