@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -314,24 +315,50 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
     return keep, link_of, kept_ptr, kept_links[:k]
 
 
+@njit(cache=True)
+def _workspace_size(n, n_links, n_hops):
+    """Entries of the int64 and float64 work buffers of :func:`_event_loop_in` for ``n`` transfers, ``n_links``
+    links and ``n_hops`` path hops."""
+    return n_hops + 7 * n_links + 10 * n + 1, 7 * n + 6 * n_links
+
+
 @njit(cache=True, nogil=True)
 def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
               max_rounds, rtol):
+    """:func:`_simulate_in` with work buffers of its own."""
+    n_int, n_float = _workspace_size(size_bytes.shape[0], capacity_Bps.shape[0], route_links.shape[0])
+    return _simulate_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s,
+                        weights, max_rounds, rtol, np.empty(n_int, dtype=np.int64), np.empty(n_float))
+
+
+@njit(cache=True, nogil=True)
+def _simulate_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
+                 max_rounds, rtol, iw, fw):
     """:func:`_event_loop` on the links that can bind (:func:`_distinct_links`); the same outputs, each dropped
-    link's busy time that of the kept link with its transfers."""
+    link's busy time that of the kept link with its transfers. ``iw``, ``fw``: work buffers of at least
+    :func:`_workspace_size` entries for the whole input."""
     keep, link_of, kept_ptr, kept_links = _distinct_links(capacity_Bps, route_ptr, route_links)
     if keep.shape[0] == capacity_Bps.shape[0]:
-        return _event_loop(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx,
-                           latency_s, weights, max_rounds, rtol)
-    start_s, finish_s, kept_busy_s, n_solves = _event_loop(capacity_Bps[keep], kept_ptr, kept_links, size_bytes,
-                                                           release_s, dep_ptr, dep_idx, latency_s, weights,
-                                                           max_rounds, rtol)
+        return _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx,
+                              latency_s, weights, max_rounds, rtol, iw, fw)
+    start_s, finish_s, kept_busy_s, n_solves = _event_loop_in(capacity_Bps[keep], kept_ptr, kept_links, size_bytes,
+                                                              release_s, dep_ptr, dep_idx, latency_s, weights,
+                                                              max_rounds, rtol, iw, fw)
     return start_s, finish_s, kept_busy_s[link_of], n_solves
 
 
 @njit(cache=True, nogil=True)
 def _event_loop(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
                 max_rounds, rtol):
+    """:func:`_event_loop_in` with work buffers of its own."""
+    n_int, n_float = _workspace_size(size_bytes.shape[0], capacity_Bps.shape[0], route_links.shape[0])
+    return _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s,
+                          weights, max_rounds, rtol, np.empty(n_int, dtype=np.int64), np.empty(n_float))
+
+
+@njit(cache=True, nogil=True)
+def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s,
+                   weights, max_rounds, rtol, iw, fw):
     """The event loop (see the module docstring).
 
     Parameters
@@ -355,6 +382,10 @@ def _event_loop(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep
         Rounds of the local re-solve before falling back to the level restart (``maxmin_kernels._resolve_local``).
     rtol : float
         Relative tolerance for batching events and for the local re-solve's certificate, in [0, 1e-3).
+    iw, fw : int64[>= n_int], float64[>= n_float]
+        Work buffers (:func:`_workspace_size`), overwritten: the solver's per-transfer and per-link state is cut
+        from them and given its initial values here, so that a caller can keep them across simulations instead of
+        allocating tens of megabytes each time (fresh memory costs page faults: docs/PERFORMANCE.md, session 10).
 
     Returns
     -------
@@ -370,48 +401,58 @@ def _event_loop(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep
     link_ptr, _ = _link_csr(n_links, route_ptr, route_links)
     # The solver visits each link's draining transfers only: active[link_ptr[l]:link_end[l]], kept in
     # increasing id by _activate / _deactivate (a link of a long chain carries all its steps, one at a time).
-    active = np.empty(route_links.shape[0], dtype=np.int64)
-    link_end = link_ptr[:-1].copy()
+    n_hops = route_links.shape[0]
+    # int64 work: hops, 7 per link, 10 per transfer, 1 (_workspace_size)
+    active = iw[:n_hops]
+    o = n_hops
+    link_end, link_mark, changed_mark, touched, changed, l_heap, l_pos = (
+        iw[o:o + n_links], iw[o + n_links:o + 2 * n_links], iw[o + 2 * n_links:o + 3 * n_links],
+        iw[o + 3 * n_links:o + 4 * n_links], iw[o + 4 * n_links:o + 5 * n_links],
+        iw[o + 5 * n_links:o + 6 * n_links], iw[o + 6 * n_links:o + 7 * n_links])
+    o += 7 * n_links
+    deps_left, arr_heap, arr_pos, fin_heap, fin_pos, seeds, flow_mark, todo, saved_bott, bott = (
+        iw[o:o + n], iw[o + n:o + 2 * n], iw[o + 2 * n:o + 3 * n], iw[o + 3 * n:o + 4 * n], iw[o + 4 * n:o + 5 * n],
+        iw[o + 5 * n:o + 6 * n], iw[o + 6 * n:o + 7 * n], iw[o + 7 * n:o + 8 * n], iw[o + 8 * n:o + 9 * n],
+        iw[o + 9 * n:o + 10 * n])
+    clock = iw[o + 10 * n:o + 10 * n + 1]
+    # float64 work: 7 per transfer, 6 per link
+    ready_s, rate, committed, remaining, t_last, arr_key, fin_key = (
+        fw[:n], fw[n:2 * n], fw[2 * n:3 * n], fw[3 * n:4 * n], fw[4 * n:5 * n], fw[5 * n:6 * n], fw[6 * n:7 * n])
+    o = 7 * n
+    active_weight, busy_since, l_key = fw[o:o + n_links], fw[o + n_links:o + 2 * n_links], \
+        fw[o + 2 * n_links:o + 3 * n_links]
+    state = fw[o + 3 * n_links:o + 6 * n_links].reshape((n_links, 3))
+    link_end[:] = link_ptr[:-1]
     next_ptr, next_idx = _link_csr(n, dep_ptr, dep_idx)  # dependency -> dependents
 
     start_s = np.full(n, np.nan)
     finish_s = np.full(n, np.nan)
-    ready_s = release_s.copy()
-    deps_left = np.diff(dep_ptr)
-    rate = np.zeros(n)  # solver state: -1 unassigned, 0 inactive, > 0 draining
-    committed = np.zeros(n)  # the rate the remaining bytes were last advanced with
-    remaining = size_bytes.copy()
-    t_last = np.zeros(n)
-    active_weight = np.zeros(n_links)
-    busy_since = np.zeros(n_links)
+    ready_s[:] = release_s
+    for t in range(n):
+        deps_left[t] = dep_ptr[t + 1] - dep_ptr[t]
+    rate[:] = 0.0  # solver state: -1 unassigned, 0 inactive, > 0 draining
+    committed[:] = 0.0  # the rate the remaining bytes were last advanced with
+    remaining[:] = size_bytes
+    t_last[:] = 0.0
+    active_weight[:] = 0.0
+    busy_since[:] = 0.0
     link_busy_s = np.zeros(n_links)
 
-    arr_heap = np.empty(n, dtype=np.int64)
-    arr_key = np.empty(n)
-    arr_pos = np.full(n, -1, dtype=np.int64)
-    fin_heap = np.empty(n, dtype=np.int64)
-    fin_key = np.empty(n)
-    fin_pos = np.full(n, -1, dtype=np.int64)
+    arr_pos[:] = -1
+    fin_pos[:] = -1
     n_arr = 0
     n_fin = 0
     for t in range(n):
         if deps_left[t] == 0:
             n_arr = _heap_push(arr_heap, arr_key, arr_pos, n_arr, t, ready_s[t])
 
-    seeds = np.empty(n, dtype=np.int64)
-    clock = np.zeros(1, dtype=np.int64)
-    link_mark = np.full(n_links, -1, dtype=np.int64)
-    changed_mark = np.full(n_links, -1, dtype=np.int64)
-    flow_mark = np.full(n, -1, dtype=np.int64)
-    todo = np.empty(n, dtype=np.int64)
-    saved_bott = np.empty(n, dtype=np.int64)
-    bott = np.full(n, -1, dtype=np.int64)
-    touched = np.empty(n_links, dtype=np.int64)
-    changed = np.empty(n_links, dtype=np.int64)
-    state = np.zeros((n_links, 3))
-    l_heap = np.empty(n_links, dtype=np.int64)
-    l_key = np.empty(n_links)
-    l_pos = np.full(n_links, -1, dtype=np.int64)
+    clock[0] = 0
+    link_mark[:] = -1
+    changed_mark[:] = -1
+    flow_mark[:] = -1
+    bott[:] = -1
+    state[:] = 0.0
+    l_pos[:] = -1
     n_active = 0
     n_solves = 0
 
@@ -516,6 +557,21 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="flowsim-netsim")
 
 
+_WORK = threading.local()
+
+
+def _work_buffers(n: int, n_links: int, n_hops: int) -> tuple:
+    """The int64 and float64 work buffers of a simulation of ``n`` transfers, ``n_links`` links and ``n_hops`` hops
+    (:func:`_event_loop_in`), kept per thread and grown, never shrunk, so that the simulations of a step re-use
+    one allocation (the largest simulation's: 60 MB at 65,536 GPUs)."""
+    n_int, n_float = _workspace_size(n, n_links, n_hops)
+    if getattr(_WORK, "iw", None) is None or _WORK.iw.size < n_int:
+        _WORK.iw = np.empty(n_int, dtype=np.int64)
+    if getattr(_WORK, "fw", None) is None or _WORK.fw.size < n_float:
+        _WORK.fw = np.empty(n_float)
+    return _WORK.iw, _WORK.fw
+
+
 def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights, rtol) -> tuple:
     """:func:`_simulate`, with the independent components (:mod:`flowsim.network.components`) dealt into
     :data:`THREADS` bins simulated in parallel threads when there are :data:`PARALLEL_MIN_TRANSFERS` transfers
@@ -525,13 +581,13 @@ def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, 
     parts = (split(threads, capacity_Bps.size, route_ptr, route_links, dep_ptr, dep_idx)
              if threads > 1 and n >= PARALLEL_MIN_TRANSFERS else [])
     if not parts:
-        return _simulate(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
-                         LOCAL_MAX_ROUNDS, rtol)
+        return _simulate_in(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
+                            LOCAL_MAX_ROUNDS, rtol, *_work_buffers(size.shape[0], capacity_Bps.size, route_links.size))
 
     def one(part):
         ids, links, ptr, hops, dptr, deps = part
-        return _simulate(capacity_Bps[links], ptr, hops, size[ids], release[ids], dptr, deps, latency[ids],
-                         weights[ids], LOCAL_MAX_ROUNDS, rtol)
+        return _simulate_in(capacity_Bps[links], ptr, hops, size[ids], release[ids], dptr, deps, latency[ids],
+                            weights[ids], LOCAL_MAX_ROUNDS, rtol, *_work_buffers(ids.size, links.size, hops.size))
 
     start, finish, busy, n_solves = np.empty(n), np.empty(n), np.zeros(capacity_Bps.size), 0
     for (ids, links, *_), (s, f, b, k) in zip(parts, _pool(threads).map(one, parts)):
