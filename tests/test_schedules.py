@@ -38,12 +38,23 @@ def test_zb_h1_bubble_matches_paper(p, m):
 
 @settings(max_examples=150, deadline=None)
 @given(p=st.integers(1, 9), m=st.integers(1, 40), f=st.floats(0.01, 3.0), b=st.floats(0.01, 3.0),
-       w=st.floats(0.0, 3.0), p2p=st.sampled_from([0.0, 0.05, 0.7]),
+       w_share=st.floats(0.0, 1.0), p2p=st.sampled_from([0.0, 0.05, 0.7]),
        scale=st.lists(st.floats(0.5, 1.5), min_size=9, max_size=9))
-def test_zb_h1_never_slower_than_1f1b(p, m, f, b, w, p2p, scale):
+def test_zb_h1_never_slower_than_1f1b(p, m, f, b, w_share, p2p, scale):
+    # with W no longer than the input-gradient pass B (the paper's setting); a longer W deferred into the
+    # cool-down can end the step later than 1F1B: p=3, m=5, f=3.0, b=0.03125, w=0.5, stages scaled 1.5/1/1.375
+    # end 33.324 s against 1F1B's 33.277 s (hypothesis found it; no counterexample with W <= B in 4,000 draws)
+    w = w_share * b
     s = np.array(scale[:p])[:, None]
     args = (m, f * s, (b + w) * s, p2p, w * s)
     assert simulate_pipeline("zb-h1", *args).end_s.max() <= simulate_pipeline("1f1b", *args).end_s.max() * (1 + 1e-12)
+
+
+def test_zb_h1_with_a_weight_pass_longer_than_b_can_end_later():
+    s = np.array([[1.5], [1.0], [1.375]])
+    args = (5, 3.0 * s, 0.53125 * s, 0.0, 0.5 * s)  # F 3.0, B 0.03125, W 0.5 (times the stage's scale)
+    assert simulate_pipeline("zb-h1", *args).end_s.max() == 33.32421875
+    assert simulate_pipeline("1f1b", *args).end_s.max() == 33.27734375
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 20), (8, 16), (8, 20), (16, 32), (16, 64)])
