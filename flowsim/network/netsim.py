@@ -325,25 +325,15 @@ def _workspace_size(n, n_links, n_hops):
 @njit(cache=True, nogil=True)
 def _simulate(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
               max_rounds, rtol):
-    """:func:`_simulate_in` with work buffers of its own."""
-    n_int, n_float = _workspace_size(size_bytes.shape[0], capacity_Bps.shape[0], route_links.shape[0])
-    return _simulate_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s,
-                        weights, max_rounds, rtol, np.empty(n_int, dtype=np.int64), np.empty(n_float))
-
-
-@njit(cache=True, nogil=True)
-def _simulate_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx, latency_s, weights,
-                 max_rounds, rtol, iw, fw):
     """:func:`_event_loop` on the links that can bind (:func:`_distinct_links`); the same outputs, each dropped
-    link's busy time that of the kept link with its transfers. ``iw``, ``fw``: work buffers of at least
-    :func:`_workspace_size` entries for the whole input."""
+    link's busy time that of the kept link with its transfers."""
     keep, link_of, kept_ptr, kept_links = _distinct_links(capacity_Bps, route_ptr, route_links)
     if keep.shape[0] == capacity_Bps.shape[0]:
-        return _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx,
-                              latency_s, weights, max_rounds, rtol, iw, fw)
-    start_s, finish_s, kept_busy_s, n_solves = _event_loop_in(capacity_Bps[keep], kept_ptr, kept_links, size_bytes,
-                                                              release_s, dep_ptr, dep_idx, latency_s, weights,
-                                                              max_rounds, rtol, iw, fw)
+        return _event_loop(capacity_Bps, route_ptr, route_links, size_bytes, release_s, dep_ptr, dep_idx,
+                           latency_s, weights, max_rounds, rtol)
+    start_s, finish_s, kept_busy_s, n_solves = _event_loop(capacity_Bps[keep], kept_ptr, kept_links, size_bytes,
+                                                           release_s, dep_ptr, dep_idx, latency_s, weights,
+                                                           max_rounds, rtol)
     return start_s, finish_s, kept_busy_s[link_of], n_solves
 
 
@@ -557,14 +547,37 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="flowsim-netsim")
 
 
+WORK_BUFFER_MAX_BYTES = 32 * 2**20
+"""Bytes of event-loop work buffers kept per thread between simulations (:func:`_work_buffers`). Fresh buffers
+for every simulation cost page faults and clearing, as glibc returns freed memory to the system (llama3.1-405b's
+69 event loops: 0.87-0.93 -> 0.64-0.72 s with them kept, its largest simulation needing 20 MB); buffers kept
+for the largest simulations at 65,536 GPUs (40-60 MB) would lift that case's peak memory past issue 22's 500 MB
+(452 -> 501 MB measured). A memory cap only (the results do not depend on it), set by hand from
+benchmarks/bench_flow_scaling.py."""
+
 _WORK = threading.local()
+
+
+def _simulate_reusing(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
+                      rtol) -> tuple:
+    """:func:`_simulate` with this thread's work buffers (:func:`_work_buffers`, sized for the links that can bind);
+    the same outputs (when every link is kept, the kept paths are the paths)."""
+    keep, link_of, kept_ptr, kept_links = _distinct_links(capacity_Bps, route_ptr, route_links)
+    start_s, finish_s, kept_busy_s, n_solves = _event_loop_in(
+        capacity_Bps[keep], kept_ptr, kept_links, size, release, dep_ptr, dep_idx, latency, weights,
+        LOCAL_MAX_ROUNDS, rtol, *_work_buffers(size.shape[0], keep.shape[0], kept_links.shape[0]))
+    return start_s, finish_s, kept_busy_s[link_of], n_solves
 
 
 def _work_buffers(n: int, n_links: int, n_hops: int) -> tuple:
     """The int64 and float64 work buffers of a simulation of ``n`` transfers, ``n_links`` links and ``n_hops`` hops
-    (:func:`_event_loop_in`), kept per thread and grown, never shrunk, so that the simulations of a step re-use
-    one allocation (the largest simulation's: 60 MB at 65,536 GPUs)."""
+    (:func:`_event_loop_in`): kept per thread and grown, never shrunk, so that the simulations of a step re-use one
+    allocation, up to :data:`WORK_BUFFER_MAX_BYTES`; a larger simulation gets buffers of its own, and the kept ones
+    are dropped."""
     n_int, n_float = _workspace_size(n, n_links, n_hops)
+    if 8 * (n_int + n_float) > WORK_BUFFER_MAX_BYTES:
+        _WORK.iw = _WORK.fw = None  # not held beside a large simulation's own: its peak memory stays as it was
+        return np.empty(n_int, dtype=np.int64), np.empty(n_float)
     if getattr(_WORK, "iw", None) is None or _WORK.iw.size < n_int:
         _WORK.iw = np.empty(n_int, dtype=np.int64)
     if getattr(_WORK, "fw", None) is None or _WORK.fw.size < n_float:
@@ -581,13 +594,13 @@ def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, 
     parts = (split(threads, capacity_Bps.size, route_ptr, route_links, dep_ptr, dep_idx)
              if threads > 1 and n >= PARALLEL_MIN_TRANSFERS else [])
     if not parts:
-        return _simulate_in(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
-                            LOCAL_MAX_ROUNDS, rtol, *_work_buffers(size.shape[0], capacity_Bps.size, route_links.size))
+        return _simulate_reusing(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency,
+                                 weights, rtol)
 
     def one(part):
         ids, links, ptr, hops, dptr, deps = part
-        return _simulate_in(capacity_Bps[links], ptr, hops, size[ids], release[ids], dptr, deps, latency[ids],
-                            weights[ids], LOCAL_MAX_ROUNDS, rtol, *_work_buffers(ids.size, links.size, hops.size))
+        return _simulate_reusing(capacity_Bps[links], ptr, hops, size[ids], release[ids], dptr, deps, latency[ids],
+                                 weights[ids], rtol)
 
     start, finish, busy, n_solves = np.empty(n), np.empty(n), np.zeros(capacity_Bps.size), 0
     for (ids, links, *_), (s, f, b, k) in zip(parts, _pool(threads).map(one, parts)):
