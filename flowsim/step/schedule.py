@@ -88,8 +88,8 @@ from flowsim.config.training import PIPELINE_ENGINES
 from flowsim.errors import ConfigError
 from flowsim.step.host import PassHost
 from flowsim.step.overlap import shared_sm_time_s
-from flowsim.step.pipeline_orders import (BWD, DUALPIPE, FWD, GPIPE, INTERLEAVED, ONE_F_ONE_B,  # noqa: F401
-                                          SCHEDULE_IDS, WGRAD, ZB_H1, path_links)
+from flowsim.step.pipeline_orders import BWD, FWD, WGRAD
+from flowsim.step.pipeline_orders import SCHEDULE_IDS, path_links  # noqa: F401 -- kept importable from here
 from flowsim.step.pipeline_orders import schedule_plan as _plan
 from flowsim.step.sums import pairwise_sum
 
