@@ -34,7 +34,8 @@ Profile file (YAML)::
 A job's value of a parameter (:meth:`Profile.value`): the parameter fitted for its (generation, family); 1 for a
 dropped key; else the fallback of that parameter (``flowsim calibrate`` writes one only when it lowers the
 leave-one-cluster-out error, :mod:`flowsim.calibrate.fit`), with a :class:`~flowsim.errors.FlowsimWarning`
-naming it; else 1.
+naming it; else 1. A job that names a framework release the release table does not list (its family unknown)
+takes the fallback too (:meth:`Profile.unlisted_value`); a job that names no release stays uncalibrated.
 """
 from __future__ import annotations
 
@@ -159,6 +160,17 @@ class Profile:
                 warnings.warn(f"calibration: no {name} fitted for {arch} x {family}; the profile's fallback "
                               f"{f.value:.3f} applies (the mean of its fitted values, docs/CALIBRATION.md)",
                               FlowsimWarning, stacklevel=3)
+                return f.value
+        return 1.0
+
+    def unlisted_value(self, name: str, framework_version: str) -> float:
+        """The value of ``name`` for a job that names a framework release the release table does not list (its
+        software family unknown): the fallback of ``name``, with a FlowsimWarning; else 1.0."""
+        for f in self.fallbacks:
+            if f.name == name:
+                warnings.warn(f"calibration: framework_version {framework_version} is not a listed software release "
+                              f"(its software family is unknown); the profile's {name} fallback {f.value:.3f} "
+                              "applies (docs/CALIBRATION.md)", FlowsimWarning, stacklevel=3)
                 return f.value
         return 1.0
 
@@ -322,8 +334,9 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     Returns
     -------
     KernelStack
-        ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family); 1 without a
-        profile, a release, or a fitted value for that pair. ``attention_impl`` = the kernel the release runs
+        ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family) (:meth:`Profile.value`:
+        its fallback where the pair has no fitted value); the fallback for a ``framework_version`` that is not a
+        listed release; 1 without a profile or any release. ``attention_impl`` = the kernel the release runs
         on ``gpu.arch`` (:func:`flowsim.kernels.stack.attention_kernel`). ``sustained`` = True: a training
         step keeps the GPU at its power limit (:mod:`flowsim.kernels.sustained`).
     """
@@ -332,6 +345,8 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     scale = 1.0
     if calibration_on(calibration) and software_release:
         scale = load_profile(calibration).value("gemm_fraction", gpu.arch, release(software_release).family)
+    elif calibration_on(calibration) and framework_version.strip():
+        scale = load_profile(calibration).unlisted_value("gemm_fraction", framework_version)
     return KernelStack(release=software_release, power_limit_w=power_limit_w, gemm_scale=scale,
                        attention_impl=attention_kernel(software_release, gpu.arch), sustained=True)
 

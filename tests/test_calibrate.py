@@ -254,3 +254,15 @@ def test_unreadable_profile_and_config_key(tmp_path):
                       "calibration": str(tmp_path / "x.yaml")})
     cfg = build_config({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "tp": 8, "calibration": "default"})
     assert cfg.training.calibration == "default"
+
+
+def test_a_framework_release_the_table_does_not_list_takes_the_fallback(tmp_path):
+    fitted = Parameter("gemm_fraction", "hopper", "megatron-core-2024", 0.86, RANGE, 0.01, 9, "A", 3.0)
+    path = tmp_path / "p.yaml"
+    write_profile(Profile((fitted,), fallbacks=(Fallback("gemm_fraction", 0.8, 9.0, 12.0),)), path)
+    h100 = get_gpu("h100-sxm")
+    with pytest.warns(FlowsimWarning, match=r"framework_version deepspeed-0\.19\.8 is not a listed software release"):
+        assert job_stack(h100, "", 0.0, str(path), "deepspeed-0.19.8").gemm_scale == 0.8
+    assert job_stack(h100, "", 0.0, str(path), "").gemm_scale == 1.0  # no release named: uncalibrated
+    write_profile(Profile((fitted,)), path)
+    assert job_stack(h100, "", 0.0, str(path), "deepspeed-0.19.8").gemm_scale == 1.0  # no fallback in the profile
