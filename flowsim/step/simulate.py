@@ -268,39 +268,40 @@ def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, priced: _Priced, s
     return _Passes(program, kinds, emb, head, fsdp_f, fsdp_b, first_gather, runs, first, last)
 
 
+_COMPONENTS = ("compute", "tp", "cp", "ep")  # the rows of _stage_breakdowns' per-stage sums, in their summing order
+_PASS_KEYS = tuple((f"{k}_fwd", f"{k}_bwd", f"{k}_recompute") for k in _COMPONENTS)
+
+
 def _stage_breakdowns(wl, ps: _Passes, run, dp_x, opt_s, mems, step: float) -> tuple:
-    """Where each stage's step goes (:class:`StageBreakdown`), seconds per step."""
+    """Where each stage's step goes (:class:`StageBreakdown`), seconds per step: the components of all stages
+    summed at once (a row per component, a column per stage), each element by the same float operations in the
+    same order as a loop over the stages."""
     tl, runs, prog = run.timeline, ps.runs, ps.program
-    # expert all-to-all time that DualPipe's pairing hid: the passes' full times less what the stages ran
-    hid = (prog.fwd_s + prog.bwd_s) @ runs - tl.busy_s if prog.hidden is not None else np.zeros(len(dp_x))
-    stages, keys = [], ("compute", "tp", "cp", "ep")
-    # per layer kind: its layer and recomputed-layer runs per stage, and per key its fwd + bwd and recompute seconds
-    per_kind = [((n_l @ runs).tolist(), (n_r @ runs).tolist(),
-                 [(blk[f"{k}_fwd"] + blk[f"{k}_bwd"], blk[f"{k}_recompute"]) for k in keys])
-                for blk, n_l, n_r in ps.kinds]
-    layer_runs = (wl.chunk_layers @ runs).tolist()
-    end_runs = [[0] * len(dp_x), [0] * len(dp_x)]  # per stage: micro-batches through the embedding, the head
+    n = len(dp_x)
+    tot = np.zeros((len(_COMPONENTS), n))
+    for blk, n_l, n_r in ps.kinds:  # per layer kind: layer runs x (fwd + bwd) + recomputed runs x recompute
+        fb = np.array([blk[f] + blk[b] for f, b, _ in _PASS_KEYS])
+        rc = np.array([blk[r] for _, _, r in _PASS_KEYS])
+        tot = tot + ((n_l @ runs) * fb[:, None] + (n_r @ runs) * rc[:, None])
+    end_runs = np.zeros((2, n), dtype=np.int64)  # per stage: micro-batches through the embedding, the head
     for i, ends in enumerate((ps.first, ps.last)):
         for sc, c in ends:
-            end_runs[i][sc] += int(runs[c])
-    for s in range(len(dp_x)):
-        tot = dict.fromkeys(keys, 0.0)
-        for n_ls, n_rs, secs in per_kind:
-            nl, nr = n_ls[s], n_rs[s]
-            for key, (fb, rc) in zip(keys, secs):
-                tot[key] += nl * fb + nr * rc
-        n_emb, n_head = end_runs[0][s], end_runs[1][s]
-        for blk, n in ((ps.emb, n_emb), (ps.head, n_head)):
-            tot["compute"] += n * (blk["compute_fwd"] + blk["compute_bwd"])
-            tot["tp"] += n * (blk["tp_fwd"] + blk["tp_bwd"])
-        tot["ep"] -= max(0.0, float(hid[s]))
-        dp_c = layer_runs[s] * (ps.fsdp_f + ps.fsdp_b) + dp_x[s] + n_emb * ps.first_gather
-        busy = sum(tot.values()) + dp_c + opt_s[s] + run.pp_exposed_s
-        stages.append(StageBreakdown(stage=s, compute_s=tot["compute"], tp_comm_s=tot["tp"], cp_comm_s=tot["cp"],
-                                     ep_comm_s=tot["ep"], pp_comm_s=run.pp_exposed_s, dp_comm_s=dp_c,
-                                     bubble_s=max(0.0, step - busy), optimizer_s=float(opt_s[s]),
-                                     memory_bytes=mems[s].total_bytes))
-    return tuple(stages)
+            end_runs[i, sc] += int(runs[c])
+    for blk, k_runs in ((ps.emb, end_runs[0]), (ps.head, end_runs[1])):  # compute and tp only
+        per_run = np.array([[blk["compute_fwd"] + blk["compute_bwd"]], [blk["tp_fwd"] + blk["tp_bwd"]]])
+        tot[:2] = tot[:2] + k_runs * per_run
+    if prog.hidden is not None:  # expert all-to-all time that DualPipe's pairing hid: full passes less what ran
+        hid = (prog.fwd_s + prog.bwd_s) @ runs - tl.busy_s
+        tot[3] = tot[3] - np.where(hid > 0.0, hid, 0.0)  # max(0.0, hid), zeros' signs too (else: x - 0.0 is x)
+    dp_c = (wl.chunk_layers @ runs) * (ps.fsdp_f + ps.fsdp_b) + np.asarray(dp_x, dtype=np.float64) \
+        + end_runs[0] * ps.first_gather
+    opt = np.asarray(opt_s, dtype=np.float64)
+    pp = run.pp_exposed_s
+    idle = step - (0.0 + tot[0] + tot[1] + tot[2] + tot[3] + dp_c + opt + pp)
+    bubble = np.where(idle > 0.0, idle, 0.0)  # max(0.0, step - busy)
+    return tuple(StageBreakdown(stage, c, tp, cp, pp, dp, b, o, mem.total_bytes, ep)
+                 for stage, (c, tp, cp, ep, dp, b, o, mem) in enumerate(zip(
+                     *tot.tolist(), dp_c.tolist(), bubble.tolist(), opt.tolist(), mems)))
 
 
 def _hardware_flops(cfg: SimConfig, wl, ops, spans: dict, runs: np.ndarray) -> float:
