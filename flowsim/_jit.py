@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import os
 
+from flowsim.errors import ConfigError
+
 ENV = "FLOWSIM_JIT"
 _mode = {"interpreted": False, "fixed": False}
 
 
 def _env_choice() -> bool | None:
+    """True (interpret) for ``FLOWSIM_JIT=0``, False (compile) for ``1``, None when unset or empty."""
     value = os.environ.get(ENV, "").strip()
-    if value == "0":
-        return True
-    if value == "1":
-        return False
-    return None
+    if value not in ("", "0", "1"):
+        raise ConfigError(ENV, "must be 0 (interpret the step core's loops) or 1 (compile them), or unset", value)
+    return None if value == "" else value == "0"
 
 
 def interpret() -> bool:

@@ -72,3 +72,14 @@ def test_step_core_loops_are_decorated_through_flowsim_jit():
     importing numba there would compile them in the CLI's estimate again."""
     offenders = [p.name for p in (ROOT / "step").glob("*.py") if _numba_imports(p)]
     assert not offenders, f"import njit from flowsim._jit, not numba: {offenders}"
+
+
+def test_a_bad_flowsim_jit_value_is_a_one_line_error():
+    code = "import sys; from click.testing import CliRunner; from flowsim.cli import main; " \
+           "r = CliRunner().invoke(main, ['estimate', '--model', 'llama3-8b', '--cluster', 'dgx-h100', '--gpus', " \
+           "'8', '--gbs', '64']); print(r.exit_code); print(r.output.strip())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, FLOWSIM_JIT="yes"))
+    code_line, message = out.stdout.strip().splitlines()[:2]
+    assert (code_line, message) == ("2", "Error: FLOWSIM_JIT: must be 0 (interpret the step core's loops) or 1 "
+                                         "(compile them), or unset (got yes)"), out.stdout + out.stderr
