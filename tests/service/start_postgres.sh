@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a throwaway PostgreSQL server on 127.0.0.1:PORT for the service tests and print its DSN on stdout.
 # Needs Debian's postgresql package; as root the server runs as the postgres user. Trust authentication on
-# loopback only: a test server, never a deployment. Stop it with: pg_ctl -D DIR/data stop (DIR is printed on stderr).
+# loopback only: a test server, never a deployment. Stop it with: bash tests/service/stop_postgres.sh DIR (DIR is
+# printed on stderr).
 set -euo pipefail
 PORT=${1:-55432}
 BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
