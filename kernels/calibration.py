@@ -155,22 +155,22 @@ class Profile:
                 return p.value
         if f"{name}:{arch}:{family}" in self.dropped:
             return 1.0
-        for f in self.fallbacks:
-            if f.name == name:
-                warnings.warn(f"calibration: no {name} fitted for {arch} x {family}; the profile's fallback "
-                              f"{f.value:.3f} applies (the mean of its fitted values, docs/CALIBRATION.md)",
-                              FlowsimWarning, stacklevel=3)
-                return f.value
-        return 1.0
+        return self._fallback(name, f"no {name} fitted for {arch} x {family}; the profile's fallback {{value}} "
+                                    "applies (the mean of its fitted values, docs/CALIBRATION.md)")
 
     def unlisted_value(self, name: str, framework_version: str) -> float:
         """The value of ``name`` for a job that names a framework release the release table does not list (its
         software family unknown): the fallback of ``name``, with a FlowsimWarning; else 1.0."""
+        return self._fallback(name, f"framework_version {framework_version} is not a listed software release (its "
+                                    f"software family is unknown); the profile's {name} fallback {{value}} applies "
+                                    "(docs/CALIBRATION.md)")
+
+    def _fallback(self, name: str, why: str) -> float:
+        """The fallback of ``name``, with a FlowsimWarning ``why`` (``{value}`` filled in); 1.0 without one."""
         for f in self.fallbacks:
             if f.name == name:
-                warnings.warn(f"calibration: framework_version {framework_version} is not a listed software release "
-                              f"(its software family is unknown); the profile's {name} fallback {f.value:.3f} "
-                              "applies (docs/CALIBRATION.md)", FlowsimWarning, stacklevel=3)
+                warnings.warn("calibration: " + why.replace("{value}", f"{f.value:.3f}"), FlowsimWarning,
+                              stacklevel=4)
                 return f.value
         return 1.0
 
@@ -334,8 +334,8 @@ def job_stack(gpu: GPUSpec, software_release: str = "", power_limit_w: float = 0
     Returns
     -------
     KernelStack
-        ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family) (:meth:`Profile.value`:
-        its fallback where the pair has no fitted value); the fallback for a ``framework_version`` that is not a
+        ``gemm_scale`` = the profile's ``gemm_fraction`` for (``gpu.arch``, the release's family)
+        (:meth:`Profile.value`: its fallback where the pair has no fitted value); the fallback for a ``framework_version`` that is not a
         listed release; 1 without a profile or any release. ``attention_impl`` = the kernel the release runs
         on ``gpu.arch`` (:func:`flowsim.kernels.stack.attention_kernel`). ``sustained`` = True: a training
         step keeps the GPU at its power limit (:mod:`flowsim.kernels.sustained`).

@@ -55,7 +55,8 @@ def test_estimate_interprets_the_step_loops_without_numba():
     argv = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100", "--gpus", "1024", "--tp", "8", "--pp", "8",
             "--gbs", "1536", "--sp", "--distributed-optimizer"]
     env = {k: v for k, v in os.environ.items() if k != "FLOWSIM_JIT"}
-    out = subprocess.run([sys.executable, "-c", ESTIMATE, *argv], capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run([sys.executable, "-c", ESTIMATE, *argv], capture_output=True, text=True, timeout=600,
+                         env=env)
     code, numba_loaded = out.stdout.split()[:2]
     assert (code, numba_loaded) == ("0", "False"), out.stdout + out.stderr[-2000:]
 
