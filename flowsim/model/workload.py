@@ -30,15 +30,16 @@ import numpy as np
 
 from flowsim._moved import module_getattr
 from flowsim.config import SimConfig, TrainingConfig
-from flowsim.config.layout import end_chunks, parse_pipeline_layout
 from flowsim.model import recompute
 from flowsim.model.fusion import ACT_BYTES, FP32_BYTES, activation_step, torch_cp_bytes
 from flowsim.model.loss import cross_entropy_impl, cross_entropy_rows
 from flowsim.model.memo import BoundedCache
-from flowsim.model.moe import expert_params_per_gpu, moe_mlp_ops
+from flowsim.model.moe import moe_mlp_ops
 from flowsim.model.ops import (COMPUTE_COLUMNS, FP8_GATHER_BYTES_PER_ELEM, FP8_GATHER_RECIPES, OpSet, apply_fp8_recipe,
                                attention, comm, elementwise, finish, float8_tp_casts, gemm, linear, memory,
                                split_linears, split_pipelined_gemms, symm_mem_tp, unfused_attention, unpad_rows)
+from flowsim.model.stage_split import chunk_layer_counts  # noqa: F401 -- kept importable from here
+from flowsim.model.stage_split import layer_params, padded_vocab, stage_split
 
 # Adam step with fp32 master weights (Megatron-LM mixed precision): per parameter read fp32 grad (4),
 # read+write fp32 master (8), m (8) and v (8), write the 16-bit copy (2) = 30 bytes; zeroing the fp32
@@ -59,7 +60,8 @@ class Workload:
     moe_layer : OpSet or None
         A layer whose MLP is routed experts (MoE models only).
     chunk_layers : int64[p, v]
-        Transformer layers of model chunk ``c`` on pipeline stage ``s`` (see :func:`chunk_layer_counts`).
+        Transformer layers of model chunk ``c`` on pipeline stage ``s``
+        (:func:`flowsim.model.stage_split.chunk_layer_counts`).
     chunk_recompute_layers : int64[p, v]
         Layers of each chunk that re-run their ``recompute`` rows in backward (:mod:`flowsim.model.recompute`).
     chunk_moe_layers, chunk_recompute_moe_layers : int64[p, v]
@@ -412,12 +414,6 @@ def build_embedding(cfg: SimConfig) -> OpSet:
     return finish(rows, comms)
 
 
-def padded_vocab(cfg: SimConfig) -> int:
-    """Vocabulary padded to a multiple of 128 x tp, as Megatron-LM's ``make_vocab_size_divisible_by``."""
-    mult = 128 * cfg.training.tp
-    return -(-cfg.model.vocab_size // mult) * mult
-
-
 def build_head(cfg: SimConfig) -> OpSet:
     """Final norm, LM head GEMMs and vocab-parallel cross-entropy on the last stage, one micro-batch."""
     m, t = cfg.model, cfg.training
@@ -464,110 +460,6 @@ def _head_tp_comms(comms, cfg, tokens, width, logits: bool) -> None:
         comms.append(comm("tp", "allreduce", tokens * FP32_BYTES, "fwd", count=3))
 
 
-def layer_params(cfg: SimConfig, moe: bool = False) -> float:
-    """Parameters of one transformer layer held by one GPU, routed experts excluded (see
-    :func:`flowsim.model.moe.expert_params_per_gpu`): TP-sharded weights plus replicated norms and router."""
-    m, tp = cfg.model, cfg.training.tp
-    h, d, f = m.hidden_size, m.kv_channels, m.ffn_hidden_size
-    a, g = m.num_attention_heads, m.num_query_groups
-    if moe:
-        sharded = m.attention_weights() + m.mlp_weights(m.moe_shared_expert_intermediate_size)
-        replicated = h * m.num_moe_experts  # router
-    else:
-        sharded = m.attention_weights() + m.mlp_weights(f)
-        replicated = 0
-    if m.add_bias_linear:
-        sharded += d * (a + 2 * g) + f * (2 if m.gated else 1)
-    replicated += 2 * h * (2 if m.normalization == "layernorm" else 1) + (2 * h if m.add_bias_linear else 0)
-    return sharded / tp + replicated
-
-
-def chunk_layer_counts(cfg: SimConfig, with_moe: bool = False):
-    """Transformer layers per (pipeline stage, model chunk), int64[p, v] (and, ``with_moe``, how many of
-    them are MoE layers, same shape).
-
-    Virtual stage ``k = c * p + s`` (Megatron-LM's interleaved assignment) holds layers in order. With
-    ``account_for_embedding_in_pipeline_split`` (``..._loss_...``) the embedding (loss) counts as one
-    layer of virtual stage 0 (the last). ``balanced`` gives the remainder layers one each to the virtual
-    stages after the first. The ``mtp_num_layers`` multi-token prediction layers join the last virtual stage
-    (as MoE layers when the decoder's last layer is one). ``pipeline_model_parallel_layout`` gives each virtual
-    stage its own count (its ``t`` symbols; ``E``, ``L`` and ``m`` sit where the rules above put them). DualPipe
-    (DeepSeek-V3 report sec. 3.2.1) splits the model into ``p`` stages and gives stage ``s`` two chunks: model
-    stage ``s`` (chunk 0, the pipeline fed at stage 0) and model stage ``p - 1 - s`` (chunk 1, the pipeline fed
-    at stage ``p - 1``), so each GPU holds two stages' layers.
-    """
-    t = cfg.training
-    p, v = t.pp, t.vpp
-    k = p * v
-    if t.pipeline_model_parallel_layout:  # Megatron-core's explicit layout: the t of each virtual stage
-        per = np.array([s.count("t") for s in parse_pipeline_layout(t.pipeline_model_parallel_layout)],
-                       dtype=np.int64)
-    else:
-        e = int(t.account_for_embedding_in_pipeline_split)
-        lo = int(t.account_for_loss_in_pipeline_split)
-        total = cfg.model.num_layers + e + lo
-        per = np.full(k, total // k, dtype=np.int64)
-        rem = total % k
-        per[1:1 + rem] += 1
-        if rem > k - 1:  # only with one virtual stage
-            per[0] += rem - (k - 1)
-        per[0] -= e
-        per[-1] -= lo
-    # virtual stage idx is (stage idx % p, chunk idx // p); its MoE layers from the model's running count
-    ends = np.cumsum(per)
-    before = moe_layers_before(cfg.model)
-    counts = per.reshape(v, p).T.copy()
-    moe = np.where(per > 0, before[np.clip(ends, 0, None)] - before[np.clip(ends - per, 0, None)], 0)
-    moe = moe.reshape(v, p).T.copy()
-    # multi-token prediction layers follow the decoder on the last virtual stage (Megatron-LM builds the MTP
-    # block beside the output layer)
-    counts[p - 1, v - 1] += cfg.model.mtp_num_layers
-    moe[p - 1, v - 1] += cfg.model.mtp_num_layers * cfg.model.mtp_moe()
-    if t.schedule == "dualpipe":
-        counts, moe = np.hstack([counts, counts[::-1]]), np.hstack([moe, moe[::-1]])
-    return (counts, moe) if with_moe else counts
-
-
-# MoE layers before each layer index, by model (moe_layers_before)
-_MOE_BEFORE = BoundedCache(64)
-
-
-def moe_layers_before(m) -> np.ndarray:
-    """int64[num_layers + 1]: how many of the first ``i`` layers of model ``m`` are MoE layers
-    (:meth:`flowsim.config.ModelConfig.moe_layer`), read-only, built once per model."""
-    def build():
-        out = np.concatenate([[0], np.cumsum([m.moe_layer(i) for i in range(m.num_layers)], dtype=np.int64)])
-        out.flags.writeable = False
-        return out
-
-    return _MOE_BEFORE.get(m, build)
-
-
-def stage_params(cfg: SimConfig, chunk_layers: np.ndarray, moe_layers: np.ndarray | None = None) -> tuple:
-    """Parameters held by one GPU of each pipeline stage, routed experts excluded (TP-sharded, before ZeRO
-    sharding)."""
-    m, t = cfg.model, cfg.training
-    h, v = m.hidden_size, padded_vocab(cfg)
-    moe_layers = np.zeros_like(chunk_layers) if moe_layers is None else moe_layers
-    # stages holding the embedding and the LM head (DualPipe's two paths put both on each end rank)
-    first, last = ({sc for sc, _ in ends} for ends in end_chunks(t.schedule, t.pp, t.vpp))
-    out = []
-    dense_params, moe_params = layer_params(cfg), layer_params(cfg, moe=True)
-    for s in range(t.pp):
-        n_moe = int(moe_layers[s].sum())
-        n = (int(chunk_layers[s].sum()) - n_moe) * dense_params + n_moe * moe_params
-        if s in first:
-            n += v * h / t.tp + (cfg.seq_length * h if m.position_embedding == "learned" else 0)
-        if s in last:
-            norm = h * (2 if m.normalization == "layernorm" else 1)
-            n += norm + m.mtp_num_layers * (2 * h * h / t.tp + 3 * norm)  # MTP projections and norms
-            if m.untie_embeddings_and_output_weights or t.pp > 1:
-                # a tied head on another stage keeps its own copy of the word embedding (Megatron-LM)
-                n += v * h / t.tp
-        out.append(float(n))
-    return tuple(out)
-
-
 # Workloads built, by (model, training) config: the blocks read nothing else (the cluster does not change them),
 # and a Workload is immutable (frozen, read-only arrays), so configs that share both share one; 256 kept (a few MB).
 _WORKLOADS = BoundedCache(256)
@@ -605,12 +497,7 @@ def build_workload(cfg: SimConfig) -> Workload:
 
 def _build_workload(cfg: SimConfig) -> Workload:
     t = cfg.training
-    layers, moe = chunk_layer_counts(cfg, with_moe=True)
-    rec = recompute.recompute_layer_counts(t, layers)
-    # recomputed layers split between the kinds in proportion (layers of a chunk are recomputed in order)
-    rec_moe = np.where(layers > 0, np.rint(rec * moe / np.maximum(layers, 1)), 0).astype(np.int64)
-    for a in (layers, moe, rec, rec_moe):
-        a.flags.writeable = False
+    split = stage_split(cfg)
     tokens = cfg.microbatch_tokens
     p2p = tokens * cfg.model.hidden_size * ACT_BYTES / (t.tp if t.sequence_parallel else 1)
     is_moe = cfg.model.is_moe
@@ -621,14 +508,13 @@ def _build_workload(cfg: SimConfig) -> Workload:
         moe_layer=moe_layer,
         embedding=embedding,
         head=head,
-        chunk_layers=layers,
-        chunk_recompute_layers=rec,
-        chunk_moe_layers=moe,
-        chunk_recompute_moe_layers=rec_moe,
+        chunk_layers=split.chunk_layers,
+        chunk_recompute_layers=split.chunk_recompute_layers,
+        chunk_moe_layers=split.chunk_moe_layers,
+        chunk_recompute_moe_layers=split.chunk_recompute_moe_layers,
         p2p_bytes=float(p2p),
-        stage_params=stage_params(cfg, layers, moe),
-        stage_expert_params=tuple(float(moe[s].sum()) * (expert_params_per_gpu(cfg) if is_moe else 0.0)
-                                  for s in range(t.pp)),
+        stage_params=split.stage_params,
+        stage_expert_params=split.stage_expert_params,
         gemm_dtype=t.linear_dtype,
         block_key=key,
         expert_comm_sms=t.moe_deepep_num_sms if is_moe and t.moe_token_dispatcher_type == "flex" else 0,

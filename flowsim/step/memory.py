@@ -8,7 +8,7 @@ fp32 master weight plus Adam moments per parameter (18 bytes). The gradient buff
 distributed_data_parallel.py), so a bf16 reduction holds 2 bytes per parameter. The distributed optimizer /
 ZeRO-1 shards the 12 optimizer bytes over the data-parallel group, ZeRO-2 also the gradients and ZeRO-3 / FSDP
 the weights too (Rajbhandari et al. 2020, arXiv 1910.02054, Fig. 1). The parameters are those of the stage's
-layers (:func:`flowsim.model.workload.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
+layers (:func:`flowsim.model.stage_split.chunk_layer_counts`): DualPipe's stages hold two model stages each, twice
 1F1B's parameters (DeepSeek-V3 report, arXiv 2412.19437, Table 2).
 
 Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, sec. 4): per layer and micro-batch
