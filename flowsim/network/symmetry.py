@@ -225,14 +225,19 @@ def _depths(dep_ptr, dep_idx):
 
 
 @njit(cache=True)
-def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, size_bits, release_bits,
-            latency_bits, cap_bits, max_rounds, max_classes):
+def _refine(route_ptr, route_links, dep_ptr, dep_idx, used, size_bits, release_bits, latency_bits, cap_bits,
+            max_rounds, max_classes):
     """Colour refinement from the transfers' attributes and depths and the links' capacities: each round hashes
     a transfer's colour with the sums of its path links' and dependencies' hashed colours, a used link's with
     the sum of its transfers' (multiset hashes), until the class counts stop growing (the colouring is stable),
     the transfer classes pass ``max_classes`` (or a round grows them so fast that the next would,
     :data:`MAX_ROUND_GROWTH`) or ``max_rounds`` rounds have run. Returns the transfer colours,
-    their count, the link colours (-1 for unused links), their count and whether the colouring is stable."""
+    their count, the link colours (-1 for unused links), their count and whether the colouring is stable.
+
+    A round colours the transfers first and stops there when they grew too fast (such a round is not stable,
+    so its link colours are never read); the links' sums are scattered from the transfers' paths (wrapping
+    int64 additions: the sums of the links' transfer lists, in another order), so no link -> transfers
+    transpose is built for a refinement that finds nothing."""
     n = size_bits.shape[0]
     depth = _depths(dep_ptr, dep_idx)
     key = np.empty(n, dtype=np.int64)
@@ -267,22 +272,23 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used
             for j in range(dep_ptr[t], dep_ptr[t + 1]):
                 d += thash[dep_idx[j]]
             key[t] = _h(_h(tcol[t], a), d)
-        for t in range(n):
-            thash[t] = _h(tcol[t], _SALT_FLOW)
-        for i in range(used.shape[0]):
-            l = used[i]
-            a = np.int64(0)
-            for k in range(link_ptr[l], link_ptr[l + 1]):
-                a += thash[link_flows[k]]
-            lkey[i] = _h(lcol[l], a)
         tc2, n_tc2 = _dense_into(key, *t_tab)
+        if (n_tc2 >= GROWTH_MIN_CLASSES and n_tc2 >= MAX_ROUND_GROWTH * n_tc
+                and n_tc2 * n_tc2 > max_classes * n_tc):
+            break  # another round growing as much would pass max_classes: no quotient
+        lsum = lhash  # this round's link hashes are read: the array takes the sums
+        for i in range(used.shape[0]):
+            lsum[used[i]] = 0
+        for t in range(n):
+            ht = _h(tcol[t], _SALT_FLOW)
+            for h in range(route_ptr[t], route_ptr[t + 1]):
+                lsum[route_links[h]] += ht
+        for i in range(used.shape[0]):
+            lkey[i] = _h(lcol[used[i]], lsum[used[i]])
         lc2, n_lc2 = _dense_into(lkey, *l_tab)
         if n_tc2 == n_tc and n_lc2 == n_lc:
             stable = True
             break
-        if (n_tc2 >= GROWTH_MIN_CLASSES and n_tc2 >= MAX_ROUND_GROWTH * n_tc
-                and n_tc2 * n_tc2 > max_classes * n_tc):
-            break  # another round growing as much would pass max_classes: no quotient
         tcol, n_tc, n_lc = tc2, n_tc2, n_lc2
         for i in range(used.shape[0]):
             lcol[used[i]] = lc2[i]
@@ -419,12 +425,12 @@ def _equitable_quotient(capacity_Bps: np.ndarray, route_ptr: np.ndarray, route_l
         return None
     bits = (size_bytes.view(np.int64), release_s.view(np.int64), latency_s.view(np.int64))
     cap_bits = capacity_Bps.view(np.int64)
-    link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
-    used = np.flatnonzero(np.diff(link_ptr) > 0)
-    tcol, n_tc, lcol, n_lc, stable = _refine(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used,
-                                             *bits, cap_bits, MAX_ROUNDS, int(n * MAX_CLASS_FRACTION))
+    used = np.flatnonzero(np.bincount(route_links, minlength=n_links))
+    tcol, n_tc, lcol, n_lc, stable = _refine(route_ptr, route_links, dep_ptr, dep_idx, used, *bits, cap_bits,
+                                             MAX_ROUNDS, int(n * MAX_CLASS_FRACTION))
     if not stable:
         return None
+    link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
     _, t_rep = np.unique(tcol, return_index=True)  # colours are numbered by first occurrence: increasing
     _, first = np.unique(lcol[used], return_index=True)
     l_rep = used[first]
