@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
 from flowsim._moved import module_getattr
 from flowsim.config.cluster import ClusterConfig, job_domain_size
@@ -377,21 +378,43 @@ def _reindex(after: list, subset: list) -> list:
     return [subset.index(after[i]) if after[i] in subset else None for i in subset]
 
 
+@njit(cache=True)
+def _renumber(links, n_topo, net_pos, kernel_base, out):
+    """``links`` into ``out``: a topology link ``l < n_topo`` as ``net_pos[l]``, a kernel link ``l`` as
+    ``kernel_base + l - n_topo``."""
+    for h in range(links.shape[0]):
+        l = links[h]
+        out[h] = net_pos[l] if l < n_topo else kernel_base + l - n_topo
+
+
 def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     """Run prepared collectives in one flow simulation; a collective with ``after[i] = j`` starts when every
     group of ``j`` has finished (a zero-byte barrier transfer after all of ``j``'s). Returns the netsim
-    result, the offsets of each collective's transfers (``n + 1``) and its start, seconds (the barrier's finish,
-    else 0)."""
+    result (its per-link arrays over the links of this simulation: the topology links the collectives cross,
+    in increasing id, then their kernel links), the offsets of each collective's transfers (``n + 1``) and its
+    start, seconds (the barrier's finish, else 0).
+
+    Only the topology links some collective crosses are handed to the simulation (a window crosses a tenth of
+    a 16,384-GPU fabric's links, and the simulation's checks and per-link arrays are sized by the links it is
+    given); they keep their order, so the simulation, which keeps the used links in increasing order, is the
+    same as over the whole topology."""
     base = np.cumsum([0] + [p.n_transfers for p in preps])
     n = int(base[-1])
     chained = [i for i, a in enumerate(after) if a is not None]
     barrier = {i: n + k for k, i in enumerate(chained)}
+    crossed = np.zeros(topo.n_links, dtype=bool)
+    for p in preps:
+        crossed[p.net_links] = True
+    net = np.flatnonzero(crossed)
+    net_pos = np.empty(topo.n_links, dtype=np.int64)
+    net_pos[net] = np.arange(net.size)
+    links = np.empty(sum(p.links.size for p in preps), dtype=np.int64)
     # Each collective's CSR offsets shifted by the hops and dependencies before it; its kernel links (numbered
-    # from topo.n_links) by the kernel links before it.
-    ptrs, links, dep_ptrs, dep_idxs = [np.zeros(1, dtype=np.int64)], [], [np.zeros(1, dtype=np.int64)], []
+    # from topo.n_links) after the topology links and the kernel links before it.
+    ptrs, dep_ptrs, dep_idxs = [np.zeros(1, dtype=np.int64)], [np.zeros(1, dtype=np.int64)], []
     hops = deps = kernels = 0
     for i, p in enumerate(preps):
-        links.append(np.where(p.links >= topo.n_links, p.links + kernels, p.links) if kernels else p.links)
+        _renumber(p.links, topo.n_links, net_pos, net.size + kernels, links[hops:hops + p.links.size])
         ptrs.append(p.ptr[1:] + hops)
         hops += p.links.size
         kernels += p.kernel_Bps.size
@@ -412,9 +435,8 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
                           + [np.zeros(len(chained))])
     latency = np.concatenate([np.tile(p.plan.latency_s, p.groups.shape[0]) for p in preps]
                              + [[preps[after[i]].plan.base_latency_s for i in chained]])
-    res = simulate(np.concatenate([_capacity(topo)] + [p.kernel_Bps for p in preps]), route_ptr,
-                   np.concatenate(links), size, dep_ptr=dep_ptr, dep_idx=np.concatenate(dep_idxs),
-                   latency_s=latency)
+    res = simulate(np.concatenate([_capacity(topo)[net]] + [p.kernel_Bps for p in preps]), route_ptr, links, size,
+                   dep_ptr=dep_ptr, dep_idx=np.concatenate(dep_idxs), latency_s=latency)
     start = [float(res.finish_s[barrier[i]]) if i in barrier else 0.0 for i in range(len(preps))]
     return res, base, start
 
@@ -441,7 +463,7 @@ def _result(topo: Topology, p: _Prepared, finish_s: np.ndarray, start_s: float,
 def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, group_ranks, *,
                    algo: str | None = None, proto: str | None = None, concurrent_groups=1, pxn: bool = True,
                    max_transfers: int = DEFAULT_MAX_TRANSFERS, nccl_version: str = DEFAULT_NCCL_VERSION,
-                   collnet: bool = False) -> FlowCollectiveResult:
+                   collnet: bool = False, utilization: bool = True) -> FlowCollectiveResult:
     """Run one collective per group as flows on the cluster, all groups at once.
 
     Parameters
@@ -472,6 +494,9 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
     collnet : bool, optional
         IB SHARP through NCCL's CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNetDirect / CollNetChain become
         available, their reduction resident in the network (transfers to and from the GPUs' leaf switches).
+    utilization : bool, optional
+        Fill the result's ``link_utilization`` (default); False leaves it empty and saves a pass over every link
+        (the step engine reads only the time).
 
     Returns
     -------
@@ -488,7 +513,7 @@ def run_collective(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: fl
     if isinstance(p, FlowCollectiveResult):
         return p
     res, _, start = _simulate_together(topo, [p], [None])
-    return _result(topo, p, res.finish_s, start[0])
+    return _result(topo, p, res.finish_s, start[0], utilization)
 
 
 def run_concurrent(cluster: ClusterConfig, gpu: GPUSpec, collectives, *, after=None, focus=None, pxn: bool = True,

@@ -79,7 +79,8 @@ def _flow(cfg: SimConfig, gpu, group: str, op: str, size_bytes: float):
     groups = _stage_groups_array(cfg, group, 0)
     from flowsim.network.collective_flows import run_collective  # the flow engine loads when a flow runs
 
-    return run_collective(cfg.cluster, gpu, op, size_bytes, groups[0], concurrent_groups=groups[1:])
+    return run_collective(cfg.cluster, gpu, op, size_bytes, groups[0], concurrent_groups=groups[1:],
+                          utilization=False)
 
 
 def flow_time_s(cfg: SimConfig, gpu, group: str, op: str, size_bytes: float) -> float:
