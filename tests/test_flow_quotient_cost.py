@@ -133,8 +133,29 @@ def test_random_refinements_match_the_reference(seed, n, n_l, hops, n_sizes, cha
     _assert_same(got, want)
 
 
+def _root_dep(dep_ptr, dep_idx, barrier):
+    """The dependency CSR with ``barrier`` added to every transfer that had no dependency."""
+    cnt = np.diff(dep_ptr)
+    root = cnt == 0
+    ptr = np.zeros(cnt.size + 1, dtype=np.int64)
+    np.cumsum(cnt + root, out=ptr[1:])
+    idx = np.empty(ptr[-1], dtype=np.int64)
+    owner = np.repeat(np.arange(cnt.size), cnt)
+    idx[ptr[owner] + np.arange(dep_idx.size) - dep_ptr[owner]] = dep_idx
+    idx[ptr[:-1][root]] = barrier
+    return ptr, idx
+
+
+def _dep_csr(p):
+    """Dependencies of a prepared collective's plan, tiled over its groups (local transfer ids)."""
+    G, m, nd = p.groups.shape[0], p.plan.n_transfers, p.plan.dep_idx.size
+    ptr = np.concatenate([(p.plan.dep_ptr[:-1][None, :] + nd * np.arange(G)[:, None]).ravel(), [nd * G]])
+    return ptr, (p.plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
+
+
 def _simulate_together_reference(topo, preps, after):
-    """``collective_flows._simulate_together`` before session 12: the simulation over every topology link."""
+    """``collective_flows._simulate_together`` before session 12: the simulation over every topology link, the
+    window's arrays concatenated from each collective's."""
     base = np.cumsum([0] + [p.n_transfers for p in preps])
     n = int(base[-1])
     chained = [i for i, a in enumerate(after) if a is not None]
@@ -146,9 +167,9 @@ def _simulate_together_reference(topo, preps, after):
         ptrs.append(p.ptr[1:] + hops)
         hops += p.links.size
         kernels += p.kernel_Bps.size
-        dp, di = p.dep_csr()
+        dp, di = _dep_csr(p)
         if i in barrier:
-            dp, di = collective_flows._root_dep(dp, di, barrier[i] - base[i])
+            dp, di = _root_dep(dp, di, barrier[i] - base[i])
         dep_ptrs.append(dp[1:] + deps)
         dep_idxs.append(di + base[i])
         deps += di.size

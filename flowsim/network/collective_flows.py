@@ -253,18 +253,12 @@ class _Prepared:
     ptr: np.ndarray
     links: np.ndarray
     kernel_Bps: np.ndarray
-    net_links: np.ndarray  # the distinct topology links its transfers cross (for _connected)
+    net_links: np.ndarray  # the distinct topology links its transfers cross (for _connected, _simulate_together)
 
     @property
     def n_transfers(self) -> int:
         """Transfers of all groups."""
         return self.plan.n_transfers * self.groups.shape[0]
-
-    def dep_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """Dependencies of the plan, tiled over the groups (local transfer ids)."""
-        G, m, nd = self.groups.shape[0], self.plan.n_transfers, self.plan.dep_idx.size
-        ptr = np.concatenate([(self.plan.dep_ptr[:-1][None, :] + nd * np.arange(G)[:, None]).ravel(), [nd * G]])
-        return ptr, (self.plan.dep_idx[None, :] + m * np.arange(G)[:, None]).ravel()
 
 
 PREPARED_CACHE_BYTES = 192 * 2**20
@@ -360,19 +354,6 @@ def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
     return np.array([root(i) in roots for i in range(n)], dtype=bool)
 
 
-def _root_dep(dep_ptr: np.ndarray, dep_idx: np.ndarray, barrier: int) -> tuple[np.ndarray, np.ndarray]:
-    """The dependency CSR with ``barrier`` added to every transfer that had no dependency."""
-    cnt = np.diff(dep_ptr)
-    root = cnt == 0
-    ptr = np.zeros(cnt.size + 1, dtype=np.int64)
-    np.cumsum(cnt + root, out=ptr[1:])
-    idx = np.empty(ptr[-1], dtype=np.int64)
-    owner = np.repeat(np.arange(cnt.size), cnt)
-    idx[ptr[owner] + np.arange(dep_idx.size) - dep_ptr[owner]] = dep_idx
-    idx[ptr[:-1][root]] = barrier
-    return ptr, idx
-
-
 def _reindex(after: list, subset: list) -> list:
     """``after`` restricted to the collectives ``subset`` (orderings on one outside it dropped), renumbered."""
     return [subset.index(after[i]) if after[i] in subset else None for i in subset]
@@ -387,6 +368,27 @@ def _renumber(links, n_topo, net_pos, kernel_base, out):
         out[h] = net_pos[l] if l < n_topo else kernel_base + l - n_topo
 
 
+@njit(cache=True)
+def _put_deps(dep_ptr, dep_idx, n_groups, t_base, barrier, out_ptr, out_idx, k):
+    """A plan's dependencies (CSR over its ``m`` transfers) tiled over ``n_groups`` groups into the window's CSR:
+    transfer ``t`` of group ``g`` is the window's ``t_base + g * m + t`` and depends on the window's transfers of
+    its plan dependencies in its group; with ``barrier`` >= 0 a transfer with no dependency depends on that
+    transfer instead. Entries are written from ``out_idx[k]``, offsets to ``out_ptr[t_base + 1 ...]``; returns
+    the next free entry."""
+    m = dep_ptr.shape[0] - 1
+    for g in range(n_groups):
+        shift = t_base + g * m
+        for t in range(m):
+            if barrier >= 0 and dep_ptr[t + 1] == dep_ptr[t]:
+                out_idx[k] = barrier
+                k += 1
+            for j in range(dep_ptr[t], dep_ptr[t + 1]):
+                out_idx[k] = dep_idx[j] + shift
+                k += 1
+            out_ptr[shift + t + 1] = k
+    return k
+
+
 def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     """Run prepared collectives in one flow simulation; a collective with ``after[i] = j`` starts when every
     group of ``j`` has finished (a zero-byte barrier transfer after all of ``j``'s). Returns the netsim
@@ -397,7 +399,7 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     Only the topology links some collective crosses are handed to the simulation (a window crosses a tenth of
     a 16,384-GPU fabric's links, and the simulation's checks and per-link arrays are sized by the links it is
     given); they keep their order, so the simulation, which keeps the used links in increasing order, is the
-    same as over the whole topology."""
+    same as over the whole topology. The window's arrays are written in place, collective by collective."""
     base = np.cumsum([0] + [p.n_transfers for p in preps])
     n = int(base[-1])
     chained = [i for i, a in enumerate(after) if a is not None]
@@ -408,35 +410,39 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     net = np.flatnonzero(crossed)
     net_pos = np.empty(topo.n_links, dtype=np.int64)
     net_pos[net] = np.arange(net.size)
+    n_all = n + len(chained)
+    route_ptr = np.empty(n_all + 1, dtype=np.int64)
+    route_ptr[0] = 0
     links = np.empty(sum(p.links.size for p in preps), dtype=np.int64)
-    # Each collective's CSR offsets shifted by the hops and dependencies before it; its kernel links (numbered
-    # from topo.n_links) after the topology links and the kernel links before it.
-    ptrs, dep_ptrs, dep_idxs = [np.zeros(1, dtype=np.int64)], [np.zeros(1, dtype=np.int64)], []
+    dep_ptr = np.empty(n_all + 1, dtype=np.int64)
+    dep_ptr[0] = 0
+    # at most one barrier entry per transfer of a chained collective, then each barrier's
+    dep_idx = np.empty(sum(p.groups.shape[0] * p.plan.dep_idx.size for p in preps)
+                       + sum(preps[i].n_transfers + preps[after[i]].n_transfers for i in chained), dtype=np.int64)
+    size = np.empty(n_all)
+    latency = np.empty(n_all)
+    # Each collective's paths after the hops before it, its kernel links (numbered from topo.n_links) after the
+    # topology links and the kernel links before it, its transfers' dependencies after those before it.
     hops = deps = kernels = 0
     for i, p in enumerate(preps):
+        lo, hi = base[i], base[i + 1]
         _renumber(p.links, topo.n_links, net_pos, net.size + kernels, links[hops:hops + p.links.size])
-        ptrs.append(p.ptr[1:] + hops)
+        np.add(p.ptr[1:], hops, out=route_ptr[lo + 1:hi + 1])
         hops += p.links.size
         kernels += p.kernel_Bps.size
-        dp, di = p.dep_csr()
-        if i in barrier:
-            dp, di = _root_dep(dp, di, barrier[i] - base[i])
-        dep_ptrs.append(dp[1:] + deps)
-        dep_idxs.append(di + base[i])
-        deps += di.size
-    for i in chained:  # barrier i (no hops) waits for every transfer of after[i]
-        ptrs.append(np.array([hops], dtype=np.int64))
-        deps += preps[after[i]].n_transfers
-        dep_ptrs.append(np.array([deps], dtype=np.int64))
-        dep_idxs.append(np.arange(base[after[i]], base[after[i] + 1]))
-    route_ptr = np.concatenate(ptrs)
-    dep_ptr = np.concatenate(dep_ptrs)
-    size = np.concatenate([np.tile(p.plan.payload_bytes * p.plan.wire_factor, p.groups.shape[0]) for p in preps]
-                          + [np.zeros(len(chained))])
-    latency = np.concatenate([np.tile(p.plan.latency_s, p.groups.shape[0]) for p in preps]
-                             + [[preps[after[i]].plan.base_latency_s for i in chained]])
+        deps = _put_deps(p.plan.dep_ptr, p.plan.dep_idx, p.groups.shape[0], lo, barrier.get(i, -1), dep_ptr, dep_idx,
+                         deps)
+        size[lo:hi].reshape(p.groups.shape[0], -1)[:] = p.plan.payload_bytes * p.plan.wire_factor
+        latency[lo:hi].reshape(p.groups.shape[0], -1)[:] = p.plan.latency_s
+    for i in chained:  # barrier i (no hops, no bytes) waits for every transfer of after[i]
+        j, b = after[i], barrier[i]
+        route_ptr[b + 1] = hops
+        dep_idx[deps:deps + preps[j].n_transfers] = np.arange(base[j], base[j + 1])
+        deps += preps[j].n_transfers
+        dep_ptr[b + 1] = deps
+        size[b], latency[b] = 0.0, preps[j].plan.base_latency_s
     res = simulate(np.concatenate([_capacity(topo)[net]] + [p.kernel_Bps for p in preps]), route_ptr, links, size,
-                   dep_ptr=dep_ptr, dep_idx=np.concatenate(dep_idxs), latency_s=latency)
+                   dep_ptr=dep_ptr, dep_idx=dep_idx[:deps], latency_s=latency)
     start = [float(res.finish_s[barrier[i]]) if i in barrier else 0.0 for i in range(len(preps))]
     return res, base, start
 
