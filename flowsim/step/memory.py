@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowsim._jit import njit
 from flowsim.config import SimConfig
 from flowsim.config.layout import chunks_per_stage, end_chunks, group_spans
 from flowsim.model import recompute
@@ -231,61 +232,93 @@ def stage_memory(cfg: SimConfig, wl: Workload, stage: int) -> StageMemory:
 
 def stage_memories(cfg: SimConfig, wl: Workload) -> tuple[StageMemory, ...]:
     """Peak memory of one GPU of every pipeline stage by component (see module docstring), bytes: the
-    per-config terms once, the stages' sums in one numpy pass over the stage axis."""
+    per-config terms once, the stages' sums in one compiled pass over the stage axis (:func:`_stage_bytes`)."""
     m, t = cfg.model, cfg.training
-    params = np.asarray(wl.stage_params, dtype=np.float64)
-    experts = np.asarray(wl.stage_expert_params, dtype=np.float64)
-    dp = t.dp_shard  # dense state is sharded over the data- and context-parallel ranks (or a shard group)
-    edp = group_spans(t)["edp"][0]  # expert state is sharded over the expert-data-parallel ranks
     zero = max(t.zero_stage, 1 if t.use_distributed_optimizer else 0)
-
-    def state(dense, expert, stage_from):
-        """Bytes of per-GPU state of ``dense`` and ``expert`` bytes, sharded when the ZeRO stage reaches
-        ``stage_from``."""
-        return dense / (dp if zero >= stage_from else 1) + expert / (edp if zero >= stage_from else 1)
-
-    layers, n_moe = wl.chunk_layers.sum(axis=1), wl.chunk_moe_layers.sum(axis=1)
-    in_layers = (layers - n_moe) * layer_params(cfg) + n_moe * layer_params(cfg, moe=True)
-    outside = params - in_layers  # the embedding, the output layer and the final norm: always 16-bit
     low = LOW_PRECISION_WEIGHT_BYTES.get(wl.gemm_dtype, 0.0) if t.framework not in CAST_PER_CALL_FRAMEWORKS else 0.0
     fsdp2 = t.fsdp_version == 2 and zero >= 2
-    if fsdp2 and zero >= 3:  # no 16-bit shard: the fp32 shard is the master weight, counted with the optimizer
-        w = np.zeros_like(params)
-    elif t.fp8_param_gather:  # the layers' weights held in FP8 only (Transformer Engine fp8_model_init)
-        w = state(FP8_WEIGHT_BYTES * in_layers + WEIGHT_BYTES * outside, FP8_WEIGHT_BYTES * experts, 3)
-    else:  # 16-bit weights, and the quantised copy of the layers' weights the low-precision GEMMs read
-        w = state(WEIGHT_BYTES * params + low * in_layers, (WEIGHT_BYTES + low) * experts, 3)
-    if zero >= 3:
-        # the gathered weights: two layers (running and prefetched) and the root unit (embedding, head)
-        running = np.minimum(2, layers) * (in_layers + experts) / np.maximum(layers, 1)
-        w = w + layer_gather_bytes(t) * running + WEIGHT_BYTES * outside
-    grad = grad_reduce_bytes(t)
-    if fsdp2 and not t.overlap_grad_reduce:  # unsharded gradients accumulated in the reduce dtype
-        g = grad * (params + experts)
-    else:
-        g = state(grad * params, grad * experts, 2)
-    o = state(OPTIMIZER_BYTES * params, OPTIMIZER_BYTES * experts, 1)
-
-    per_layer = layer_activation_bytes(cfg)
-    if n_moe.any():  # average over the stage's dense and MoE layers
-        mixed = ((layers - n_moe) * per_layer + n_moe * layer_activation_bytes(cfg, moe=True)) / np.maximum(layers, 1)
-        per_layer = np.where(n_moe > 0, mixed, per_layer)
-    mb = np.array(held_microbatches(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), cfg.num_microbatches,
-                                    t.paired_1f1b))
     pol = recompute.policy(t)
-    if pol == "op":
-        act = mb * layers * per_layer + layer_activation_bytes(cfg, recomputed=False)  # one layer rebuilt at a time
-    elif pol in ("full", "every_n"):
-        rec = wl.chunk_recompute_layers.sum(axis=1)
-        layer_input = ACT_BYTES * cfg.microbatch_tokens * m.hidden_size / (t.tp if t.sequence_parallel else 1)
-        stored = rec * layer_input + (layers - rec) * per_layer
-        # one layer's activations are rebuilt at a time in backward
-        act = np.where(rec > 0, mb * stored + per_layer, mb * layers * per_layer)
-    else:
-        act = mb * layers * per_layer
-    loss = cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * loss_bytes_per_logit(t)
-    for s in {s for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]}:
-        act[s] += loss
-    return tuple(StageMemory(weights_bytes=ws, gradients_bytes=gs, optimizer_bytes=os_, activations_bytes=acts,
-                             runtime_bytes=CUDA_CONTEXT_BYTES)
-                 for ws, gs, os_, acts in zip(w.tolist(), g.tolist(), o.tolist(), act.tolist()))
+    last = sorted({s for s, _ in end_chunks(t.schedule, t.pp, wl.chunk_layers.shape[1])[1]})
+    out = _stage_bytes(
+        np.asarray(wl.stage_params, dtype=np.float64), np.asarray(wl.stage_expert_params, dtype=np.float64),
+        wl.chunk_layers, wl.chunk_moe_layers, wl.chunk_recompute_layers,
+        np.array(held_microbatches(t.schedule, t.pp, chunks_per_stage(t.schedule, t.vpp), cfg.num_microbatches,
+                                   t.paired_1f1b)),
+        layer_params(cfg), layer_params(cfg, moe=True),
+        t.dp_shard,  # dense state is sharded over the data- and context-parallel ranks (or a shard group)
+        group_spans(t)["edp"][0],  # expert state is sharded over the expert-data-parallel ranks
+        zero, float(low), fsdp2, t.fp8_param_gather, layer_gather_bytes(t), grad_reduce_bytes(t),
+        fsdp2 and not t.overlap_grad_reduce,
+        float(layer_activation_bytes(cfg)),
+        float(layer_activation_bytes(cfg, moe=True)) if m.is_moe else 0.0,  # only MoE models have MoE layers
+        _POLICY_CODES[pol],
+        ACT_BYTES * cfg.microbatch_tokens * m.hidden_size / (t.tp if t.sequence_parallel else 1),
+        float(layer_activation_bytes(cfg, recomputed=False)) if pol == "op" else 0.0,
+        cfg.microbatch_tokens * padded_vocab(cfg) / t.tp * loss_bytes_per_logit(t), last[0], last[-1])
+    return tuple(map(StageMemory, *out.tolist(), [CUDA_CONTEXT_BYTES] * len(wl.stage_params)))
+
+
+# recompute.policy -> what _stage_bytes keeps of a layer: all of it (per micro-batch in flight), all of it plus one
+# layer rebuilt at a time (torchtitan's op policy), or the inputs of the recomputed layers (full, every_n)
+_KEEP_ALL, _KEEP_ALL_REBUILD_ONE, _KEEP_INPUTS = 0, 1, 2
+_POLICY_CODES = {"none": _KEEP_ALL, "modules": _KEEP_ALL, "op": _KEEP_ALL_REBUILD_ONE, "full": _KEEP_INPUTS,
+                 "every_n": _KEEP_INPUTS}
+
+
+@njit(cache=True)
+def _stage_bytes(params, experts, layers2, moe2, rec2, mb, layer_p, moe_layer_p, dp, edp, zero, low, fsdp2,
+                 fp8_param_gather, gather, grad, unsharded_grads, per_layer, per_moe_layer, keep, layer_input,
+                 one_layer, loss, last_a, last_b):
+    """float64[4, p]: weights, gradients, optimizer states and activations of one GPU of each stage, bytes.
+
+    ``params``, ``experts``: the stage's parameters (routed experts excluded) and routed-expert parameters;
+    ``layers2``, ``moe2``, ``rec2``: int64[p, v] layers, MoE layers and recomputed layers per chunk; ``mb``: the
+    micro-batches in flight at the stage's peak; ``layer_p``, ``moe_layer_p``: parameters of a dense and a MoE layer;
+    ``dp``, ``edp``: the dense and expert state's shard group; ``zero``: the ZeRO level; ``low``: bytes per
+    parameter of the low-precision weight copy; ``fsdp2``: FSDP2 sharding gradients; ``gather``: bytes per gathered
+    layer parameter (ZeRO-3); ``grad``: bytes of a gradient; ``unsharded_grads``: FSDP2 accumulating unsharded
+    gradients; ``per_layer``, ``per_moe_layer``: activation bytes of a dense and a MoE layer; ``keep`` a
+    ``_POLICY_CODES`` value; ``layer_input``: bytes of a layer's input; ``one_layer``: bytes of one layer rebuilt;
+    ``loss``: the loss's bytes, on stages ``last_a`` and ``last_b``. Each element is computed with the float
+    operations, in the order, of the stage-by-stage accounting (tests/test_memory_stages.py).
+    """
+    p = params.shape[0]
+    out = np.empty((4, p))
+    d3, e3 = (dp, edp) if zero >= 3 else (1, 1)
+    d2, e2 = (dp, edp) if zero >= 2 else (1, 1)
+    d1, e1 = (dp, edp) if zero >= 1 else (1, 1)
+    for s in range(p):
+        layers, n_moe, rec = 0, 0, 0
+        for c in range(layers2.shape[1]):
+            layers += layers2[s, c]
+            n_moe += moe2[s, c]
+            rec += rec2[s, c]
+        in_layers = (layers - n_moe) * layer_p + n_moe * moe_layer_p
+        outside = params[s] - in_layers  # the embedding, the output layer and the final norm: always 16-bit
+        if fsdp2 and zero >= 3:  # no 16-bit shard: the fp32 shard is the master weight, counted with the optimizer
+            w = 0.0
+        elif fp8_param_gather:  # the layers' weights held in FP8 only (Transformer Engine fp8_model_init)
+            w = (FP8_WEIGHT_BYTES * in_layers + WEIGHT_BYTES * outside) / d3 + FP8_WEIGHT_BYTES * experts[s] / e3
+        else:  # 16-bit weights, and the quantised copy of the layers' weights the low-precision GEMMs read
+            w = (WEIGHT_BYTES * params[s] + low * in_layers) / d3 + (WEIGHT_BYTES + low) * experts[s] / e3
+        if zero >= 3:
+            # the gathered weights: two layers (running and prefetched) and the root unit (embedding, head)
+            running = min(2, layers) * (in_layers + experts[s]) / max(layers, 1)
+            w = w + gather * running + WEIGHT_BYTES * outside
+        if unsharded_grads:  # unsharded gradients accumulated in the reduce dtype
+            g = grad * (params[s] + experts[s])
+        else:
+            g = grad * params[s] / d2 + grad * experts[s] / e2
+        o = OPTIMIZER_BYTES * params[s] / d1 + OPTIMIZER_BYTES * experts[s] / e1
+        # a stage with MoE layers: the average over its dense and MoE layers
+        pl = ((layers - n_moe) * per_layer + n_moe * per_moe_layer) / max(layers, 1) if n_moe > 0 else per_layer
+        if keep == _KEEP_ALL_REBUILD_ONE:
+            act = mb[s] * layers * pl + one_layer
+        elif keep == _KEEP_INPUTS and rec > 0:  # one layer's activations are rebuilt at a time in backward
+            act = mb[s] * (rec * layer_input + (layers - rec) * pl) + pl
+        else:
+            act = mb[s] * layers * pl
+        if s == last_a or s == last_b:
+            act += loss
+        out[0, s], out[1, s], out[2, s], out[3, s] = w, g, o, act
+    return out
