@@ -9,6 +9,7 @@ forks, so no worker prices a table alone.
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -118,6 +119,21 @@ def evaluate_isolated(batch: list, stored_keys=frozenset(), prune_memory: bool =
                 key = ""
             out.append(Failed(item[0], key, type(e).__name__, str(e)))
     return out
+
+
+@contextlib.contextmanager
+def _frozen_heap():
+    """Leave the objects alive now out of the garbage collector's walks while the block runs (``gc.freeze``),
+    unless something else froze objects already: a tune's enumeration is 300,000 objects, which each full
+    collection of the parent walked as the outcomes came in (0.3-0.5 s each, about half of its CPU)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _batches(configs: list, jobs: int) -> list:
@@ -243,6 +259,13 @@ def run_configs(configs: list, *, store: ResultStore | None = None, study: str =
     ConfigError
         ``jobs`` negative, ``errors`` not raise/row, a malformed or unreachable scheduler, or dask missing.
     """
+    with _frozen_heap():  # the caller's objects (a tune's enumeration) are not walked by each collection
+        return _run_configs(configs, store, study, jobs, scheduler, prune_memory, progress, label, errors,
+                            time_limit_s)
+
+
+def _run_configs(configs: list, store: ResultStore | None, study: str, jobs: int, scheduler: str | None,
+                 prune_memory: bool, progress: bool, label: str, errors: str, time_limit_s: float) -> RunReport:
     if errors not in ("raise", "row"):
         raise ConfigError("errors", "must be raise or row", errors)
     if not isinstance(jobs, int) or jobs < 0:
