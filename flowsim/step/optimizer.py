@@ -74,13 +74,12 @@ def optimizer_s(cfg, wl, gpu) -> np.ndarray:
     impl = t.optimizer_impl or "fused"
     zero = zero_level(t)
     edp = t.tp * t.cp * t.dp // (t.ep * t.expert_tensor_parallel_size)
-    held = np.asarray(wl.stage_params) + np.asarray(wl.stage_expert_params)
-    n = (np.asarray(wl.stage_params) / (t.dp_shard if zero >= 1 else 1)
-         + np.asarray(wl.stage_expert_params) / (edp if zero >= 1 else 1))
+    params, experts = np.asarray(wl.stage_params), np.asarray(wl.stage_expert_params)
+    n = params / (t.dp_shard if zero >= 1 else 1) + experts / (edp if zero >= 1 else 1)
     nbytes = BYTES_PER_PARAM[impl] * n
     if pytorch_wrapper(t) and t.dp * t.cp > 1:
         nbytes = nbytes + eager_grad_bytes_per_param(zero, cfg.num_microbatches, t.fsdp_version,
-                                                     grad_reduce_bytes(t)) * held
+                                                     grad_reduce_bytes(t)) * (params + experts)
     eff = stream_efficiency(memory_reference(gpu).measured)
     gpu_s = np.maximum(nbytes / (gpu.hbm_Bps * eff), KERNEL_MIN_TIME_S)
     if t.host_overhead == "none":
