@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from flowsim.network.net_heap import _heap_pop, _heap_push, _sift_down
+from flowsim.network.net_heap import _heap_pop, _heap_push, _run_order, _sift_down
 
 FILL_RUN_MIN_LINKS = 256
 """Progressive filling sorts its links into a run from this many (a window's first fill: tens of thousands);
@@ -73,52 +73,6 @@ def _link_csr(n_links, flow_ptr, flow_links):
             link_flows[fill[l]] = f
             fill[l] += 1
     return link_ptr, link_flows
-
-
-@njit(cache=True)
-def _radix_pass(src, dst, value, shift, cnt):
-    """One stable counting-sort pass of the positions ``src`` into ``dst`` by the byte ``shift`` of ``value[p]``;
-    False, ``dst`` untouched, when that byte is the same for all (the pass would keep the order)."""
-    n = src.shape[0]
-    cnt[:] = 0
-    for i in range(n):
-        cnt[((value[src[i]] >> shift) & 255) + 1] += 1
-    if cnt[((value[src[0]] >> shift) & 255) + 1] == n:
-        return False
-    for d in range(256):
-        cnt[d + 1] += cnt[d]
-    for i in range(n):
-        d = (value[src[i]] >> shift) & 255
-        dst[cnt[d]] = src[i]
-        cnt[d] += 1
-    return True
-
-
-@njit(cache=True)
-def _run_order(ids, keys):
-    """Positions of ``ids`` (distinct, >= 0) ordered by (``keys``, id), the order of a stable sort of the keys of
-    the ids sorted: a least-significant-digit radix sort, bytes of the id first, then of the key (finite and
-    >= 0, whose float64 bit patterns order as the values once -0.0 is made 0.0); O(n) per byte, where numba's
-    comparison sorts took most of a window's first fill (70,000 links: 9 ms to sort, 2 to fill)."""
-    n = ids.shape[0]
-    pos = np.arange(n)
-    if n < 2:
-        return pos
-    tmp = np.empty(n, dtype=np.int64)
-    cnt = np.empty(257, dtype=np.int64)
-    top = 0
-    for i in range(n):
-        top = max(top, ids[i])
-    shift = 0
-    while (top >> shift) > 0:
-        if _radix_pass(pos, tmp, ids, shift, cnt):
-            pos, tmp = tmp, pos
-        shift += 8
-    bits = (keys + 0.0).view(np.int64)
-    for shift in range(0, 64, 8):
-        if _radix_pass(pos, tmp, bits, shift, cnt):
-            pos, tmp = tmp, pos
-    return pos
 
 
 @njit(cache=True)
@@ -437,7 +391,8 @@ def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
 @njit(cache=True)
 def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, old_rate_Bps,
                    bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo, saved_bott,
-                   touched, changed, state, heap, hkey, pos, max_todo, max_rounds, rtol):
+                   touched, changed, state, heap, hkey, pos, resid, n_diff, prev_rate, prev_bott, max_todo, max_rounds,
+                   rtol):
     """Local incremental re-solve: re-fill a growing set of flows until the max-min certificate holds.
 
     Round: re-fill the set with every other flow fixed at its rate (exact for the set if the others are
@@ -449,6 +404,16 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
     that fail join the set. When nothing fails, every flow has a valid bottleneck and no link is over
     capacity: the allocation is the max-min fair one. Cost follows the flows that really change, not the
     size of the component.
+
+    Rounds after the first repeat only the work whose inputs moved: a link's residual (its capacity less the
+    fixed flows' load, summed in its list order) is summed again only when a flow on it joined the set; a link
+    is checked again only when the rate of a flow on it moved since the last fill (else every value of the
+    check is the one the previous round saw, and the flows that failed it joined the set then), and a re-filled
+    flow's bottleneck only when its rate or bottleneck moved (fixed rates never move, the set only grows). The
+    set that results is the one the full checks of every round would build, and ``_fill`` gives the same rates
+    for a set whatever the order of its flows and links, so the results are the same bit for bit; the cost of
+    a round follows the flows whose rate moved in it, not the whole set (a re-solve at 65,536 GPUs grows sets of
+    thousands of flows over up to ``max_rounds`` rounds).
 
     Parameters
     ----------
@@ -466,13 +431,13 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
     bott : int64[n_flows]
         Bottleneck link of every active flow (from the fill that set its rate); updated.
     seeds : int64[>= n_seeds]
-        The flows that arrived or departed.
+        The flows that arrived or departed (each once).
     n_seeds : int
         Entries of ``seeds`` in use.
     clock : int64[1]
         Stamp counter (see ``_resolve``).
     link_mark, changed_mark : int64[n_links]
-        Link marks (touched in this round; load changed in this round).
+        Link marks (touched in this call; listed for checking in this round).
     flow_mark : int64[n_flows]
         Flow marks (member of the re-filled set).
     todo : int64[n_flows]
@@ -483,6 +448,13 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
         Scratch link lists.
     state, heap, hkey, pos :
         Scratch for ``_fill`` (``pos`` all -1).
+    resid : float64[n_links]
+        Scratch: the residual of each touched link (NaN: to be summed again).
+    n_diff : int64[n_links]
+        All 0 on entry and exit. Scratch: per link, the hops of seeds and of re-filled flows whose rate differs
+        from the old one (> 0: the link's load changed).
+    prev_rate, prev_bott : float64[n_flows], int64[n_flows]
+        Scratch: rate and bottleneck of ``todo[i]`` before the round's fill.
     max_todo : int
         Give up when the set grows beyond this many flows.
     max_rounds : int
@@ -506,36 +478,61 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
         f = seeds[i]
         if rate_Bps[f] < 0.0:
             n_todo = _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo)
-    for _ in range(max_rounds):
+        for h in range(flow_ptr[f], flow_ptr[f + 1]):
+            n_diff[flow_links[h]] += 1  # a seed's links count as changed in every round
+    n_arrived = n_todo  # todo[:n_arrived] are seeds
+    n_touched = 0
+    n_filled = 0  # the set's size at the previous fill
+    result = -1
+    for rnd in range(max_rounds):
         clock[0] += 1
         round_stamp = clock[0]
-        # Re-fill the set with the other flows fixed.
-        n_touched = 0
-        for i in range(n_todo):
+        # Re-fill the set with the other flows fixed; the residuals of the links of new members are summed again.
+        for i in range(n_filled, n_todo):
             f = todo[i]
-            rate_Bps[f] = -1.0
             for h in range(flow_ptr[f], flow_ptr[f + 1]):
                 m = flow_links[h]
-                if link_mark[m] != round_stamp:
-                    link_mark[m] = round_stamp
+                if link_mark[m] != stamp:
+                    link_mark[m] = stamp
                     touched[n_touched] = m
                     n_touched += 1
+                resid[m] = np.nan
+        for i in range(n_todo):
+            f = todo[i]
+            prev_rate[i] = rate_Bps[f]
+            prev_bott[i] = bott[f]
+            rate_Bps[f] = -1.0
         for i in range(n_touched):
             m = touched[i]
-            r = capacity_Bps[m]
-            for j in range(link_ptr[m], link_end[m]):
-                g = link_flows[j]
-                if flow_mark[g] != stamp:
-                    r -= weights[g] * rate_Bps[g]
-            state[m, 0] = r
+            if np.isnan(resid[m]):
+                r = capacity_Bps[m]
+                for j in range(link_ptr[m], link_end[m]):
+                    g = link_flows[j]
+                    if flow_mark[g] != stamp:
+                        r -= weights[g] * rate_Bps[g]
+                resid[m] = r
+            state[m, 0] = resid[m]
         _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
               n_touched, state, heap, hkey, pos, bott)
-        # Links whose load changed.
+        # Links to check: those of flows whose rate moved in this fill (new members count as moved; in the first
+        # round also the seeds'), among the links whose load changed (n_diff > 0, counted after all the moves).
         n_changed = 0
         for i in range(n_seeds + n_todo):
-            f = seeds[i] if i < n_seeds else todo[i - n_seeds]
-            if i >= n_seeds and rate_Bps[f] == old_rate_Bps[f]:
-                continue
+            if i < n_seeds:
+                if rnd > 0:
+                    continue
+                f = seeds[i]
+            else:
+                k = i - n_seeds
+                f = todo[k]
+                if k < n_filled and rate_Bps[f] == prev_rate[k]:
+                    continue
+                if k >= n_arrived:
+                    d = (1 if rate_Bps[f] != old_rate_Bps[f] else 0) - (
+                        1 if k < n_filled and prev_rate[k] != old_rate_Bps[f] else 0)
+                    if d != 0:
+                        for h in range(flow_ptr[f], flow_ptr[f + 1]):
+                            n_diff[flow_links[h]] += d
             for h in range(flow_ptr[f], flow_ptr[f + 1]):
                 m = flow_links[h]
                 if changed_mark[m] != round_stamp:
@@ -546,6 +543,8 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
         # Fixed flows whose recorded bottleneck changed: still saturated, still no higher rate on it?
         for i in range(n_changed):
             m = changed[i]
+            if n_diff[m] == 0:
+                continue
             load = 0.0
             top = 0.0
             for j in range(link_ptr[m], link_end[m]):
@@ -561,23 +560,31 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
                     continue
                 if not (saturated and x >= top * (1.0 - tol)):
                     n_todo = _add_flow(g, stamp, flow_mark, todo, saved_bott, bott, n_todo)
-        # Re-filled flows: no fixed flow may have a higher rate on their bottleneck.
+        # Re-filled flows whose rate or bottleneck moved: no fixed flow may have a higher rate on their bottleneck.
         for i in range(n_before):
             f = todo[i]
             b = bott[f]
-            if b < 0:
+            if b < 0 or (i < n_filled and rate_Bps[f] == prev_rate[i] and b == prev_bott[i]):
                 continue
             for j in range(link_ptr[b], link_end[b]):
                 g = link_flows[j]
                 if flow_mark[g] != stamp and rate_Bps[g] > rate_Bps[f] * (1.0 + tol):
                     n_todo = _add_flow(g, stamp, flow_mark, todo, saved_bott, bott, n_todo)
+        n_filled = n_before
         if n_todo == n_before:
-            return n_todo
+            result = n_todo
+            break
         if n_todo > max_todo:
             break
-    # Give up: restore the input state.
-    for i in range(n_todo):
-        f = todo[i]
-        rate_Bps[f] = old_rate_Bps[f] if old_rate_Bps[f] > 0.0 else -1.0
-        bott[f] = saved_bott[i]
-    return -1
+    for i in range(n_seeds):
+        f = seeds[i]
+        for h in range(flow_ptr[f], flow_ptr[f + 1]):
+            n_diff[flow_links[h]] = 0
+    for i in range(n_touched):
+        n_diff[touched[i]] = 0
+    if result < 0:  # give up: restore the input state
+        for i in range(n_todo):
+            f = todo[i]
+            rate_Bps[f] = old_rate_Bps[f] if old_rate_Bps[f] > 0.0 else -1.0
+            bott[f] = saved_bott[i]
+    return result

@@ -1,4 +1,5 @@
-"""Indexed binary min-heap over integer items, for the network kernels.
+"""Orderings for the network kernels: an indexed binary min-heap over integer items, and a radix sort by
+(key, id) (:func:`_run_order`, the sorted run of progressive filling).
 
 The heap stores item ids with their keys side by side in heap order (``heap[i]``, ``hkey[i]``, so a
 comparison touches one contiguous region) and each item's position in ``pos`` (-1 when absent), so an
@@ -18,6 +19,7 @@ pos : int64[n_items]
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -153,3 +155,49 @@ def _heap_update(heap, hkey, pos, size, item, k):
     hkey[i] = k
     _sift_up(heap, hkey, pos, i)
     _sift_down(heap, hkey, pos, size, pos[item])
+
+
+@njit(cache=True)
+def _radix_pass(src, dst, value, shift, cnt):
+    """One stable counting-sort pass of the positions ``src`` into ``dst`` by the byte ``shift`` of ``value[p]``;
+    False, ``dst`` untouched, when that byte is the same for all (the pass would keep the order)."""
+    n = src.shape[0]
+    cnt[:] = 0
+    for i in range(n):
+        cnt[((value[src[i]] >> shift) & 255) + 1] += 1
+    if cnt[((value[src[0]] >> shift) & 255) + 1] == n:
+        return False
+    for d in range(256):
+        cnt[d + 1] += cnt[d]
+    for i in range(n):
+        d = (value[src[i]] >> shift) & 255
+        dst[cnt[d]] = src[i]
+        cnt[d] += 1
+    return True
+
+
+@njit(cache=True)
+def _run_order(ids, keys):
+    """Positions of ``ids`` (distinct, >= 0) ordered by (``keys``, id), the order of a stable sort of the keys of
+    the ids sorted: a least-significant-digit radix sort, bytes of the id first, then of the key (finite and
+    >= 0, whose float64 bit patterns order as the values once -0.0 is made 0.0); O(n) per byte, where numba's
+    comparison sorts took most of a window's first fill (70,000 links: 9 ms to sort, 2 to fill)."""
+    n = ids.shape[0]
+    pos = np.arange(n)
+    if n < 2:
+        return pos
+    tmp = np.empty(n, dtype=np.int64)
+    cnt = np.empty(257, dtype=np.int64)
+    top = 0
+    for i in range(n):
+        top = max(top, ids[i])
+    shift = 0
+    while (top >> shift) > 0:
+        if _radix_pass(pos, tmp, ids, shift, cnt):
+            pos, tmp = tmp, pos
+        shift += 8
+    bits = (keys + 0.0).view(np.int64)
+    for shift in range(0, 64, 8):
+        if _radix_pass(pos, tmp, bits, shift, cnt):
+            pos, tmp = tmp, pos
+    return pos
