@@ -7,9 +7,13 @@ Measures, on this machine:
 3. with ``--dask``, the same configs through a local dask.distributed cluster (2 worker processes);
 4. with ``--profile``, where one process spends the time of a worker's whole evaluate path (store key, memory
    check, ``flowsim.simulate``, summary; cProfile, top entries);
-5. with ``--batch N``, ``flowsim.simulate_many`` of ``N`` candidates drawn at random from the space (every one
+5. with ``--split``, where one process spends the time of a worker's evaluate path, by part, with wall-clock timers
+   (cProfile charges every Python call and inflates the call-heavy parts 2-3x): store key, workload, stage memory,
+   ``flowsim.simulate`` and the summary, microseconds per config of the configs given (``--sample N``: N drawn at
+   random, about half of them simulated), op tables primed as the runner does, the second of two passes;
+6. with ``--batch N``, ``flowsim.simulate_many`` of ``N`` candidates drawn at random from the space (every one
    simulated, no memory pruning, no store) on the local pool: the issue's "10,000 tune candidates in <= 10 s";
-6. with ``--ref REV [--rounds R]``, the same run (with ``--sample`` / ``--batch`` as given) in fresh processes on
+7. with ``--ref REV [--rounds R]``, the same run (with ``--sample`` / ``--batch`` as given) in fresh processes on
    the working tree and on the code of git revision ``REV`` (bench_estimate's ``git archive`` tree), interleaved
    round by round: min / median of wall and CPU seconds of each and the ratio of the medians (read the ratio:
    the machine is shared). Each side first runs 50 configs once (the reference tree's numba kernels compile
@@ -17,7 +21,7 @@ Measures, on this machine:
 
 Each run uses a fresh, temporary results store, so nothing is reused. Usage::
 
-    python benchmarks/bench_tune.py [--limit N | --sample N] [--jobs J] [--dask] [--profile] [--batch N]
+    python benchmarks/bench_tune.py [--limit N | --sample N] [--jobs J] [--dask] [--profile] [--split] [--batch N]
                                     [--ref REV [--rounds R]] [--json]
 """
 from __future__ import annotations
@@ -81,11 +85,11 @@ def _profile(configs, n: int = 2000) -> str:
     """Profile one process's whole evaluate path (store key, memory check, simulate, summary) on ``n`` configs
     drawn at random from the space, with cold caches, as a pool worker runs it: cProfile's top entries by
     cumulative time, after an unprofiled timing of the same path."""
-    from flowsim.model import workload
+    from flowsim.model import stage_split, workload
     from flowsim.step import simulate as step_simulate
 
     sample = random.Random(0).sample(configs, min(n, len(configs)))  # a stride would alias the space's cycles
-    caches = (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, step_simulate._OP_TIMES,
+    caches = (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, stage_split._SPLITS, step_simulate._OP_TIMES,
               step_simulate._STAGE_MEMORY)
     evaluate(list(enumerate(sample[:2])), prune_memory=True)  # imports and JIT outside the figures
     for c in caches:
@@ -104,6 +108,42 @@ def _profile(configs, n: int = 2000) -> str:
     pstats.Stats(pr, stream=text).sort_stats("cumtime").print_stats(30)
     return (f"evaluate on {len(sample)} configs ({fit} fit and are simulated): {plain * 1e3:.2f} ms per config\n"
             f"{text.getvalue()}")
+
+
+def _split(configs) -> str:
+    """Microseconds per config of ``configs`` in each part of a worker's evaluate path (wall-clock timers around
+    each part, the second of two passes over the configs, op tables primed)."""
+    from flowsim.explore.point import PointResult, config_key
+    from flowsim.gpu_specs import get_gpu
+    from flowsim.model.workload import build_workload
+    from flowsim.step.simulate import price_op_tables, simulate, stage_memories
+
+    price_op_tables(configs)
+    clock = time.perf_counter
+    for _ in range(2):  # the first pass builds the pipeline plans and the layout caches
+        took = dict.fromkeys(("store key", "workload", "stage memory", "simulate", "summary"), 0.0)
+        fit = 0
+        for cfg in configs:
+            t0 = clock()
+            key = config_key(cfg)
+            t1 = clock()
+            wl = build_workload(cfg)
+            t2 = clock()
+            peak = max(m.total_bytes for m in stage_memories(cfg, wl))
+            t3 = clock()
+            took["store key"] += t1 - t0
+            took["workload"] += t2 - t1
+            took["stage memory"] += t3 - t2
+            if peak <= get_gpu(cfg.cluster.gpu).hbm_bytes:
+                result = simulate(cfg)
+                t4 = clock()
+                PointResult.of(cfg, result, key)
+                took["simulate"] += t4 - t3
+                took["summary"] += clock() - t4
+                fit += 1
+    n = len(configs)
+    parts = ", ".join(f"{name} {s / n * 1e6:.0f}" for name, s in took.items())
+    return f"{n} configs ({fit} simulated), us per config: {parts}; total {sum(took.values()) / n * 1e6:.0f}"
 
 
 def _batch(configs, n: int, jobs: int) -> dict:
@@ -153,6 +193,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=0, help="local worker processes (0 = one per CPU)")
     ap.add_argument("--dask", action="store_true", help="also run through a local Dask cluster")
     ap.add_argument("--profile", action="store_true", help="profile the evaluate path in this process, then stop")
+    ap.add_argument("--split", action="store_true", help="time the evaluate path by part in this process, then stop")
     ap.add_argument("--batch", type=int, default=0, help="simulate_many of N random candidates, then stop")
     ap.add_argument("--sample", type=int, default=0, help="evaluate N valid configs drawn at random (seed 0)")
     ap.add_argument("--ref", help="also run at this git revision, interleaved (see the module docstring)")
@@ -178,6 +219,9 @@ def main() -> None:
         configs = [configs[i] for i in sorted(random.Random(0).sample(range(len(configs)), args.sample))]
     if args.profile:
         print(_profile(configs))
+        return
+    if args.split:
+        print(_split(configs))
         return
     if args.batch:
         res = _batch(configs, args.batch, args.jobs)
