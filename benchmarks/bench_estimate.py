@@ -52,11 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def _times(cfg, n: int, cold: bool = False) -> list:
     """Seconds of ``n`` ``simulate(cfg)`` calls (``cold``: the workload, op-time and memory caches cleared
     first)."""
+    if cold:
+        from flowsim.model import stage_split  # not at module level: a --ref tree may predate it
     out = []
     for _ in range(n):
         if cold:
-            for cache in (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, step_simulate._OP_TIMES,
-                          step_simulate._STAGE_MEMORY):
+            for cache in (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, stage_split._SPLITS,
+                          step_simulate._OP_TIMES, step_simulate._STAGE_MEMORY, step_simulate._BLOCK_TIMES):
                 cache.clear()
         t0 = time.perf_counter()
         simulate(cfg)
@@ -88,7 +90,7 @@ def _ref_tree(rev: str) -> Path:
             name, path = (x.strip() for x in line.split("="))
             link = tmp / name.replace(".", "/")
             if link != tmp / path:
-                link.symlink_to(tmp / path)
+                link.symlink_to(os.path.relpath(tmp / path, link.parent))  # relative: the folder is renamed
         tmp.rename(tree)
     return tree
 
