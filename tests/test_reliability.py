@@ -282,20 +282,64 @@ def test_validate_draws_progress_when_asked(shared_data):
 
 # --- numba cache --------------------------------------------------------------------------------------------
 
-def test_numba_cache_goes_to_a_per_user_folder_unless_set(tmp_path):
+def test_numba_cache_goes_to_a_per_user_folder_unless_set(tmp_path, monkeypatch):
     import os
     import subprocess
     import sys
+
+    from flowsim import _numba_cache
 
     code = "import flowsim, numba, os; print(os.environ['NUMBA_CACHE_DIR'], numba.config.CACHE_DIR)"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     out = subprocess.run([sys.executable, "-c", code], env={**env, "XDG_CACHE_HOME": str(tmp_path)},
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(tmp_path / "flowsim" / "numba")] * 2
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    expected = _numba_cache.cache_dir()
+    assert out == [str(expected)] * 2 and expected.parent.parent == tmp_path / "flowsim" / "numba"
     mine = str(tmp_path / "mine")
     out = subprocess.run([sys.executable, "-c", code], env={**env, "NUMBA_CACHE_DIR": mine},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [mine, mine]
+
+
+def test_numba_cache_folder_follows_every_kernel_source(tmp_path):
+    """numba checks a cached kernel against its own file only; the folder's key covers the files it compiles in."""
+    import os
+
+    from flowsim import _numba_cache
+
+    pkg = tmp_path / "flowsim"
+    for rel in ("_jit.py", "network/netsim.py", "network/maxmin_kernels.py", "step/sums.py", "cli/estimate.py"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text("x = 1\n")
+    first = _numba_cache.sources_digest(pkg)
+    assert _numba_cache.sources_digest(pkg) == first
+    (pkg / "cli" / "estimate.py").write_text("x = 22\n")  # no kernel there: same kernels, same folder
+    assert _numba_cache.sources_digest(pkg) == first
+    for rel in ("network/maxmin_kernels.py", "step/sums.py", "_jit.py"):
+        before = _numba_cache.sources_digest(pkg)
+        st = (pkg / rel).stat()
+        os.utime(pkg / rel, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # edited, same size
+        assert _numba_cache.sources_digest(pkg) != before, rel
+    assert _numba_cache.cache_dir(pkg) != _numba_cache.cache_dir(tmp_path / "elsewhere" / "flowsim")
+
+
+def test_numba_cache_removes_only_stale_folders_of_earlier_sources(tmp_path):
+    import os
+    import time
+
+    from flowsim import _numba_cache
+
+    now = time.time()
+    current, recent, stale = (tmp_path / name for name in ("current", "recent", "stale"))
+    for folder in (current, recent, stale):
+        (folder / "network_abc").mkdir(parents=True)
+    old = now - 2 * _numba_cache.STALE_S
+    for p in (stale / "network_abc", stale):
+        os.utime(p, (old, old))
+    os.utime(recent, (old, old))  # written one level down only a moment ago: a process still compiling into it
+    _numba_cache._remove_stale(current)
+    assert current.is_dir() and recent.is_dir() and not stale.exists()
 
 
 def test_truncated_gzip_trace_is_a_one_line_error(tmp_path, shared_data):
