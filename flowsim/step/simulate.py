@@ -104,6 +104,12 @@ _STAGE_MEMORY = BoundedCache(256)
 # of these (a tune's layouts that differ in pipeline, batch or ZeRO stage) price a block's collectives once; the
 # calls each block counts are counted again at every reuse (CollectivePricer.recount). 4,096 kept, a few KB each.
 _BLOCK_TIMES = BoundedCache(4096)
+# Host terms of a step's passes (flowsim.step.host.pass_host), by everything _pass_host reads: the priced table's key
+# (block key, GPU, kernel stack: the op rows and their GPU seconds), the host model's training fields and CPU family,
+# each block's pass seconds (their float64 bits) and layer counts, the end chunks and whether the backward is split.
+# Configs whose passes agree (a runs file's rows that differ in their NIC rate, whose fabric only the data-parallel
+# and pipeline traffic crosses) build them once. 4,096 kept, a few KB each.
+_PASS_HOST = BoundedCache(4096)
 
 
 def stage_memories(cfg: SimConfig, wl) -> tuple:
@@ -213,12 +219,24 @@ def _block_kinds(cfg, wl, comms, priced: _Priced, spans, runs) -> tuple:
     return kinds, times("embedding", m), times("head", m)
 
 
-def _pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last) -> PassHost | None:
+def _pass_host(cfg, wl, priced_key, t_ops, spans, kinds, emb, head, first, last) -> PassHost | None:
     """Each pass's CPU issue time and lag (:func:`flowsim.step.host.pass_host`) from every op's host cost
-    (:func:`flowsim.model.host_costs.block_host_s`); None without a host model."""
+    (:func:`flowsim.model.host_costs.block_host_s`), built once per :data:`_PASS_HOST` key (``priced_key``: the
+    key of the priced table ``t_ops``); None without a host model."""
     t = cfg.training
     if t.host_overhead == "none":
         return None
+    split = t.schedule in SPLIT_BACKWARD
+    passes = np.array([[pass_s(blk, ph) for ph in PHASES] for blk in [k[0] for k in kinds] + [emb, head]])
+    key = (priced_key, t.host_overhead, t.calibration, t.software_release, t.framework_version, t.cuda_graphs,
+           cfg.cluster.cpu, passes.tobytes(), tuple((n_l.shape, n_l.dtype.str, n_l.tobytes(), n_r.dtype.str,
+                                                     n_r.tobytes()) for _, n_l, n_r in kinds), first, last, split)
+    return _PASS_HOST.get(key, lambda: _build_pass_host(cfg, wl, t_ops, spans, kinds, emb, head, first, last, split))
+
+
+def _build_pass_host(cfg, wl, t_ops, spans, kinds, emb, head, first, last, split: bool) -> PassHost:
+    """The :func:`_pass_host` of a step, built (its arrays read-only: the value is shared)."""
+    t = cfg.training
     a = wl.op_table[2]
     cols = {k: a[k] for k in ("name", "kind", "phase", "count")}
     wgrad = a["wgrad"]
@@ -231,8 +249,10 @@ def _pass_host(cfg, wl, ops, t_ops, spans, kinds, emb, head, first, last) -> Pas
 
     names = ["layer"] + (["moe_layer"] if wl.moe_layer is not None else [])
     layers = [(terms(b, blk), n_l, n_r) for b, (blk, n_l, n_r) in zip(names, kinds)]
-    return pass_host(layers, terms("embedding", emb), terms("head", head), first, last,
-                     t.schedule in SPLIT_BACKWARD)
+    out = pass_host(layers, terms("embedding", emb), terms("head", head), first, last, split)
+    for x in out:
+        x.flags.writeable = False
+    return out
 
 
 def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, priced: _Priced, spans: dict) -> _Passes:
@@ -263,7 +283,7 @@ def _passes(cfg: SimConfig, wl, comms: CollectivePricer, ops, priced: _Priced, s
     hidden = paired_comm(wl, comms, kinds) if t.schedule == "dualpipe" or t.paired_1f1b else None
     program = PipelineProgram(schedule=t.schedule, microbatches=m, fwd_s=fwd_s, bwd_s=bwd_s, p2p_s=p2p,
                               wgrad_s=wgrad_s, hidden=hidden, paired=t.paired_1f1b,
-                              host=_pass_host(cfg, wl, ops, priced.t_ops, spans, kinds, emb, head, first, last),
+                              host=_pass_host(cfg, wl, priced.key, priced.t_ops, spans, kinds, emb, head, first, last),
                               p2p_sync=t.syncs_p2p, engine=t.pipeline_engine)
     return _Passes(program, kinds, emb, head, fsdp_f, fsdp_b, first_gather, runs, first, last)
 
