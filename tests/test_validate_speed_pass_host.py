@@ -1,7 +1,8 @@
-"""The passes' host terms (flowsim.step.simulate._pass_host) are shared by the configs with one key: building them
-reads nothing of the config outside the key (every attribute read is recorded), configs that differ only in their
-NIC rate (the rows of a large runs file) share them, and a config simulated after others gives the numbers of a
-simulation with every cache cleared (the uncached path), on random configs with the host model's knobs."""
+"""The passes' host terms (flowsim.step.simulate._pass_host) and the optimizer step's seconds (_optimizer_s) are
+shared by the configs with one key: building them reads nothing of the config outside the key (every attribute read
+is recorded), configs that differ only in their NIC rate (the rows of a large runs file) share them, and a config
+simulated after others gives the numbers of a simulation with every cache cleared (the uncached path), on random
+configs with the host model's knobs."""
 import random
 import warnings
 
@@ -21,7 +22,7 @@ KEY_TRAINING = {"host_overhead", "calibration", "software_release", "framework_v
 
 
 def _clear():
-    for c in CACHES + (step_simulate._PASS_HOST,):
+    for c in CACHES + (step_simulate._PASS_HOST, step_simulate._OPTIMIZER):
         c.clear()
 
 
@@ -64,11 +65,25 @@ def test_building_the_host_terms_reads_only_the_key(monkeypatch):
     assert {"host_overhead", "cuda_graphs"} <= reads["training"] <= KEY_TRAINING
 
 
+def test_the_optimizer_step_reads_only_its_key(monkeypatch):
+    build, reads = step_simulate.optimizer_s, {"cfg": set(), "cluster": set()}
+
+    def recorded(cfg, *args):
+        return build(_Recorder(cfg, reads["cfg"], {"cluster": _Recorder(cfg.cluster, reads["cluster"])}), *args)
+
+    monkeypatch.setattr(step_simulate, "optimizer_s", recorded)
+    _clear()
+    for cfg in _host_configs(25, seed=6):
+        _numbers(cfg)
+    assert {"training", "model"} <= reads["cfg"] <= {"training", "model", "cluster", "num_microbatches"}
+    assert reads["cluster"] == {"cpu"}  # the workload and the GPU are built from the rest of the key
+
+
 def test_rows_that_differ_in_their_nic_rate_share_the_host_terms():
     _clear()
     base = dict(model="llama3-8b", cluster="dgx-h100", gpus=32, tp=8, pp=2, dp=2, gbs=64, host_overhead="te")
     results = [flowsim.simulate(flowsim.build_config(**base, nic_gbps=nic)) for nic in (100.0, 200.0, 400.0)]
-    assert len(step_simulate._PASS_HOST) == 1
+    assert len(step_simulate._PASS_HOST) == len(step_simulate._OPTIMIZER) == 1
     assert len({r.step_time_s for r in results}) == 3  # the NIC rate does move the step
 
 

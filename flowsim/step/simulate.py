@@ -110,12 +110,26 @@ _BLOCK_TIMES = BoundedCache(4096)
 # Configs whose passes agree (a runs file's rows that differ in their NIC rate, whose fabric only the data-parallel
 # and pipeline traffic crosses) build them once. 4,096 kept, a few KB each.
 _PASS_HOST = BoundedCache(4096)
+# The optimizer step's seconds per stage (flowsim.step.optimizer.optimizer_s), by (model, training config, GPU, host
+# CPU family): it reads the workload (built from the first two), the GPU's bandwidth and the CPU's host costs.
+_OPTIMIZER = BoundedCache(256)
 
 
 def stage_memories(cfg: SimConfig, wl) -> tuple:
     """The :func:`flowsim.step.memory.stage_memories` of ``cfg`` (workload ``wl``), built
     once per (model, training config) and shared by :func:`simulate` and the explorers' memory check."""
     return _STAGE_MEMORY.get((cfg.model, cfg.training), lambda: _stage_memories(cfg, wl))
+
+
+def _optimizer_s(cfg: SimConfig, wl, gpu) -> np.ndarray:
+    """:func:`flowsim.step.optimizer.optimizer_s` of ``cfg`` (workload ``wl``), built once per :data:`_OPTIMIZER` key
+    (read-only: the value is shared)."""
+    def build():
+        out = optimizer_s(cfg, wl, gpu)
+        out.flags.writeable = False
+        return out
+
+    return _OPTIMIZER.get((cfg.model, cfg.training, gpu, cfg.cluster.cpu), build)
 
 
 def _priced(wl, t_ops: np.ndarray, caught, key: tuple) -> _Priced:
@@ -419,7 +433,7 @@ def simulate(config=None, **overrides) -> Result:
     ps = _passes(cfg, wl, comms, ops, priced, spans)
     run = run_pipeline(ps.program, p2p_exposure=True)
     dp_x = dp_exposed_stages(cfg, wl, comms, run.timeline)
-    opt_s = optimizer_s(cfg, wl, gpu)
+    opt_s = _optimizer_s(cfg, wl, gpu)
     mems = stage_memories(cfg, wl)
     step, _ = step_end_s(run.timeline, np.asarray(dp_x), opt_s)
     result = _result(cfg, gpu, wl, comms, ps, run, step, mems,
