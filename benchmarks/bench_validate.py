@@ -5,10 +5,11 @@ The CSV is the shared public runs file repeated until it holds ``--rows`` rows; 
 simulated once, which would hide the parallel speed-up), unless ``--repeat-configs``: then copies differ only
 in ``id`` (what a file that repeats known runs costs: reading, mapping and reporting every row). The runs
 go ``--rounds`` times through the ``--jobs`` list, interleaved, so that both modes see the same machine load;
-prints the wall time of each run and each mode's best time over the first mode's best. With ``--ref REV`` every
-run is followed by the same run of git revision ``REV``'s code (:func:`bench_estimate._ref_tree`, first on
-``PYTHONPATH``; the commands run in the temporary folder, since ``python -c`` imports from its working directory
-first), and each mode's best is printed for both with their ratio. Figures go to docs/RELIABILITY.md.
+prints the wall and CPU time (the command's and its workers') of each run and each mode's best time over the first
+mode's best. With ``--ref REV`` every run is followed by the same run of git revision ``REV``'s code
+(:func:`bench_estimate._ref_tree`, first on ``PYTHONPATH``; the commands run in the temporary folder, since
+``python -c`` imports from its working directory first), and each mode's best is printed for both with their ratio.
+Figures go to docs/RELIABILITY.md.
 
     python benchmarks/bench_validate.py --rows 2000 --jobs 1,2 --rounds 2
     python benchmarks/bench_validate.py --rows 5000 --jobs 1,2 --rounds 2 --ref HEAD~1
@@ -20,6 +21,7 @@ import argparse
 import csv
 import io
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -70,13 +72,17 @@ def main() -> None:
             for jobs in jobs_list:
                 for name, tree in trees.items():
                     env = dict(os.environ, **({"PYTHONPATH": tree} if tree else {}))
+                    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     start = time.perf_counter()
                     subprocess.run([sys.executable, "-c", "from flowsim.cli import main; main()", "validate",
                                     str(path), "--json", "--jobs", str(jobs), "--progress"], check=True,
                                    stdout=subprocess.DEVNULL, env=env, cwd=tmp)  # not a checkout's root
                     wall = time.perf_counter() - start
+                    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command and its workers, reaped
+                    cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
                     best[name, jobs] = min(best.get((name, jobs), wall), wall)
-                    print(f"{name}  rows {args.rows}  jobs {jobs}  wall {wall:.1f} s", flush=True)
+                    print(f"{name}  rows {args.rows}  jobs {jobs}  wall {wall:.1f} s  cpu {cpu:.1f} s  "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)
     for name in trees:
         first = best[name, jobs_list[0]]
         print(f"best {name}: " + ", ".join(f"jobs {j} {best[name, j]:.1f} s ({best[name, j] / first:.2f})"
