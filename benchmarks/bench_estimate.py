@@ -38,8 +38,6 @@ import time
 from pathlib import Path
 
 import flowsim
-import flowsim.model.workload as workload
-import flowsim.step.simulate as step_simulate
 from flowsim.step.simulate import simulate
 
 ARGS = dict(model="gpt3-175b", cluster="dgx-h100", gpus=1024, tp=8, pp=8, dp=16, gbs=1536, sp=True)
@@ -50,16 +48,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _times(cfg, n: int, cold: bool = False) -> list:
-    """Seconds of ``n`` ``simulate(cfg)`` calls (``cold``: the workload, op-time and memory caches cleared
-    first)."""
+    """Seconds of ``n`` ``simulate(cfg)`` calls (``cold``: every analytic cache cleared first,
+    :func:`flowsim.model.memo.clear_all`)."""
     if cold:
-        from flowsim.model import stage_split  # not at module level: a --ref tree may predate it
+        from flowsim.model import memo  # not at module level: a --ref tree may predate clear_all
     out = []
     for _ in range(n):
         if cold:
-            for cache in (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, stage_split._SPLITS,
-                          step_simulate._OP_TIMES, step_simulate._STAGE_MEMORY, step_simulate._BLOCK_TIMES):
-                cache.clear()
+            memo.clear_all()
         t0 = time.perf_counter()
         simulate(cfg)
         out.append(time.perf_counter() - t0)

@@ -85,21 +85,16 @@ def _profile(configs, n: int = 2000) -> str:
     """Profile one process's whole evaluate path (store key, memory check, simulate, summary) on ``n`` configs
     drawn at random from the space, with cold caches, as a pool worker runs it: cProfile's top entries by
     cumulative time, after an unprofiled timing of the same path."""
-    from flowsim.model import stage_split, workload
-    from flowsim.step import simulate as step_simulate
+    from flowsim.model import memo
 
     sample = random.Random(0).sample(configs, min(n, len(configs)))  # a stride would alias the space's cycles
-    caches = (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, stage_split._SPLITS, step_simulate._OP_TIMES,
-              step_simulate._STAGE_MEMORY)
     evaluate(list(enumerate(sample[:2])), prune_memory=True)  # imports and JIT outside the figures
-    for c in caches:
-        c.clear()
+    memo.clear_all()
     t0 = time.perf_counter()
     out = evaluate(list(enumerate(sample)), prune_memory=True)
     plain = (time.perf_counter() - t0) / len(sample)
     fit = sum(o.status == "evaluated" for o in out)
-    for c in caches:
-        c.clear()
+    memo.clear_all()
     pr = cProfile.Profile()
     pr.enable()
     evaluate(list(enumerate(sample)), prune_memory=True)

@@ -12,16 +12,11 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import flowsim
 from flowsim.errors import ConfigError
 from flowsim.explore.space import LayoutSpace, enumerate_layouts
-from flowsim.model import stage_split, workload
+from flowsim.model import memo, workload
 from flowsim.step import simulate as step_simulate
 
-CACHES = (workload._WORKLOADS, workload._BLOCKS, workload._OP_TABLES, stage_split._SPLITS, step_simulate._OP_TIMES,
-          step_simulate._STAGE_MEMORY, step_simulate._BLOCK_TIMES)
-
-
 def _clear():
-    for c in CACHES:
-        c.clear()
+    memo.clear_all()
 
 
 def _same_blocks(a, b) -> bool:

@@ -8,13 +8,13 @@ import warnings
 
 import pytest
 from make_fast_path_data import result_numbers, sample
-from test_block_key import CACHES
 from test_tune_speed_split import _Recorder
 
 import flowsim
 from flowsim.config.cluster import CPUS
 from flowsim.config.training import CUDA_GRAPH_SCOPES, HOST_MODES
 from flowsim.errors import ConfigError
+from flowsim.model import memo
 from flowsim.step import simulate as step_simulate
 
 KEY_TRAINING = {"host_overhead", "calibration", "software_release", "framework_version", "cuda_graphs", "schedule"}
@@ -22,8 +22,7 @@ KEY_TRAINING = {"host_overhead", "calibration", "software_release", "framework_v
 
 
 def _clear():
-    for c in CACHES + (step_simulate._PASS_HOST, step_simulate._OPTIMIZER):
-        c.clear()
+    memo.clear_all()
 
 
 def _host_configs(n: int, seed: int) -> list:

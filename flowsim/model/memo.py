@@ -5,6 +5,15 @@ from __future__ import annotations
 import threading
 from typing import Callable, Hashable
 
+_ALL: list = []  # every BoundedCache made in this process (module-level caches: made once, never dropped)
+
+
+def clear_all() -> None:
+    """Empty every :class:`BoundedCache` of the process: what a config seen for the first time pays (benchmarks'
+    cold figures, tests that compare a warm run with a cold one)."""
+    for cache in _ALL:
+        cache.clear()
+
 
 class BoundedCache:
     """Values built once per hashable key and kept, the oldest dropped past ``size`` entries; a key holding an
@@ -15,6 +24,7 @@ class BoundedCache:
         self.size = size
         self._store: dict = {}
         self._lock = threading.Lock()
+        _ALL.append(self)
 
     def get(self, key: Hashable, build: Callable[[], object]):
         """The value of ``key``, built by ``build()`` on a miss."""
