@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_estimate import ARGS, CLI, _times  # noqa: E402  (sibling benchmark: one definition of the example)
+from bench_estimate import ARGS, CLI, _cli_env, _times  # noqa: E402  (the example, defined once)
 
 FLOW_CASES = {  # target seconds of a re-run (bench_flow_scaling's case names)
     "gpt3-175b, 1,024 H100, TP8 PP8 DP16": 0.1,
@@ -48,14 +48,9 @@ FLOW_CASES = {  # target seconds of a re-run (bench_flow_scaling's case names)
 FLOW_MAX_RSS_MB = 500  # issue 22: the 65,536-GPU case within 500 MB
 
 
-def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, **extra}
-
-
 def _walls(cmd: list, runs: int, env: dict | None = None, warm: bool = True) -> list:
     """Wall seconds of ``runs`` runs of ``cmd`` (one untimed run first when ``warm``)."""
-    env = env or _env()
+    env = env or _cli_env({})
     if warm:
         subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=ROOT)
     out = []
@@ -67,7 +62,7 @@ def _walls(cmd: list, runs: int, env: dict | None = None, warm: bool = True) -> 
 
 
 def _json_of(cmd: list) -> dict:
-    run = subprocess.run(cmd, check=True, capture_output=True, text=True, env=_env(), cwd=tempfile.gettempdir())
+    run = subprocess.run(cmd, check=True, capture_output=True, text=True, env=_cli_env({}), cwd=tempfile.gettempdir())
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -95,7 +90,7 @@ def _batch() -> list:
 
 def _cli() -> list:
     with tempfile.TemporaryDirectory(prefix="flowsim-empty-numba-cache-") as empty:
-        fresh = _walls(CLI, 1, _env(NUMBA_CACHE_DIR=empty), warm=False)
+        fresh = _walls(CLI, 1, _cli_env({"NUMBA_CACHE_DIR": empty}), warm=False)
     return [_row("`flowsim estimate` of the README example, warm", 0.5, _walls(CLI, 5)),
             _row("`flowsim --help`", 0.2, _walls(["flowsim", "--help"], 5)),
             _row("`flowsim estimate`, first run on an empty numba cache", 15.0, fresh)]

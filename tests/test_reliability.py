@@ -324,6 +324,20 @@ def test_numba_cache_folder_follows_every_kernel_source(tmp_path):
     assert _numba_cache.cache_dir(pkg) != _numba_cache.cache_dir(tmp_path / "elsewhere" / "flowsim")
 
 
+def test_every_numba_kernel_lies_in_the_cache_key_packages():
+    """A kernel outside JIT_PACKAGES would escape the cache folder's key, and could run stale code."""
+    import re
+    from pathlib import Path
+
+    from flowsim import _numba_cache
+
+    root = Path(_numba_cache.__file__).resolve().parent
+    covered = {root / "_jit.py"} | {p for sub in _numba_cache.JIT_PACKAGES for p in (root / sub).glob("*.py")}
+    outside = [p.relative_to(root) for p in root.rglob("*.py")
+               if p not in covered and re.search(r"^@(numba\.)?njit", p.read_text(encoding="utf-8"), re.M)]
+    assert outside == []
+
+
 def test_numba_cache_removes_only_stale_folders_of_earlier_sources(tmp_path):
     import os
     import time
