@@ -41,6 +41,7 @@ from numba import njit
 from flowsim._moved import module_getattr
 from flowsim.config.cluster import ClusterConfig, job_domain_size
 from flowsim.network.comm_layout import group_layout
+from flowsim.network.dominated_links import dominated_hops
 from flowsim.errors import ConfigError
 from flowsim.gpu_specs import GPUSpec
 from flowsim.nccl_models import (
@@ -254,6 +255,7 @@ class _Prepared:
     links: np.ndarray
     kernel_Bps: np.ndarray
     net_links: np.ndarray  # the distinct topology links its transfers cross (for _connected, _simulate_together)
+    dominated: np.ndarray  # bool per hop: its link is dominated among this collective's (dominated_links)
 
     @property
     def n_transfers(self) -> int:
@@ -291,7 +293,8 @@ def _prepare(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: float, g
     if p is None:
         p = _plan_and_route(cluster, gpu, op, size_bytes, np.array(groups, dtype=np.int64), algo, proto, pxn,
                             max_transfers, nccl_version, collnet)
-        arrays = (p.groups, p.ptr, p.links, p.kernel_Bps, p.net_links) if isinstance(p, _Prepared) else ()
+        arrays = ((p.groups, p.ptr, p.links, p.kernel_Bps, p.net_links, p.dominated) if isinstance(p, _Prepared)
+                  else ())
         _PREPARED.put(key, p, sum(a.nbytes for a in arrays) + len(key[4]))
     return p
 
@@ -307,9 +310,12 @@ def _plan_and_route(cluster: ClusterConfig, gpu: GPUSpec, op: str, size_bytes: f
     ring_pxn = topo.scaleup_kind != "xgmi_mesh"  # mesh rings leave through their last GPU's NIC (plans.py)
     ptr, links, net_links = _routed(cluster, gpu, topo, plan, groups, pxn if op in P2P_OPS else ring_pxn)
     kernel = np.tile(plan.kernel_Bps, groups.shape[0])
-    for a in (groups, kernel):
+    # links numbered compactly: the topology links it crosses (net_links, increasing), then its kernel links
+    local = np.where(links < topo.n_links, np.searchsorted(net_links, links), net_links.size + links - topo.n_links)
+    dominated = dominated_hops(np.concatenate([_capacity(topo)[net_links], kernel]), ptr, local)
+    for a in (groups, kernel, dominated):
         a.flags.writeable = False
-    return _Prepared(est, plan, groups, ptr, links, kernel, net_links)
+    return _Prepared(est, plan, groups, ptr, links, kernel, net_links, dominated)
 
 
 def _routed(cluster: ClusterConfig, gpu: GPUSpec, topo: Topology, plan: Plan, groups: np.ndarray, pxn: bool):
@@ -360,12 +366,21 @@ def _reindex(after: list, subset: list) -> list:
 
 
 @njit(cache=True)
-def _renumber(links, n_topo, net_pos, kernel_base, out):
-    """``links`` into ``out``: a topology link ``l < n_topo`` as ``net_pos[l]``, a kernel link ``l`` as
-    ``kernel_base + l - n_topo``."""
-    for h in range(links.shape[0]):
-        l = links[h]
-        out[h] = net_pos[l] if l < n_topo else kernel_base + l - n_topo
+def _put_paths(ptr, links, dominated, shared, n_topo, net_pos, kernel_base, t_base, out_ptr, out_links, h):
+    """A collective's paths (CSR ``ptr``, ``links``) into the window's CSR from hop ``h`` on, its transfer ``t``
+    as the window's ``t_base + t`` (offsets to ``out_ptr[t_base + 1 ...]``): a topology link ``l < n_topo`` as
+    ``net_pos[l]``, a kernel link ``l`` as ``kernel_base + l - n_topo``; a hop over a link ``dominated`` among
+    the collective's own is left out unless another collective of the window crosses that link (``shared``: its
+    transfers may not all cross the dominator). Returns the next free hop."""
+    for t in range(ptr.shape[0] - 1):
+        for a in range(ptr[t], ptr[t + 1]):
+            l = links[a]
+            if dominated[a] and (l >= n_topo or not shared[l]):
+                continue
+            out_links[h] = net_pos[l] if l < n_topo else kernel_base + l - n_topo
+            h += 1
+        out_ptr[t_base + t + 1] = h
+    return h
 
 
 @njit(cache=True)
@@ -399,15 +414,21 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     Only the topology links some collective crosses are handed to the simulation (a window crosses a tenth of
     a 16,384-GPU fabric's links, and the simulation's checks and per-link arrays are sized by the links it is
     given); they keep their order, so the simulation, which keeps the used links in increasing order, is the
-    same as over the whole topology. The window's arrays are written in place, collective by collective."""
+    same as over the whole topology. The window's arrays are written in place, collective by collective.
+
+    Hops over a link that a link of the same collective dominates (:mod:`flowsim.network.dominated_links`: it
+    carries a subset of that link's transfers and no less capacity) are left out when no other collective of the
+    window crosses the link, so its transfers are still a subset of the dominator's: the max-min rates, hence the
+    times, are the same, and the simulation walks shorter paths. Such a link may then carry nothing: its busy
+    time in the result is 0."""
     base = np.cumsum([0] + [p.n_transfers for p in preps])
     n = int(base[-1])
     chained = [i for i, a in enumerate(after) if a is not None]
     barrier = {i: n + k for k, i in enumerate(chained)}
-    crossed = np.zeros(topo.n_links, dtype=bool)
+    owners = np.zeros(topo.n_links, dtype=np.int64)
     for p in preps:
-        crossed[p.net_links] = True
-    net = np.flatnonzero(crossed)
+        owners[p.net_links] += 1  # net_links are distinct
+    net, shared = np.flatnonzero(owners), owners > 1
     net_pos = np.empty(topo.n_links, dtype=np.int64)
     net_pos[net] = np.arange(net.size)
     n_all = n + len(chained)
@@ -426,9 +447,8 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     hops = deps = kernels = 0
     for i, p in enumerate(preps):
         lo, hi = base[i], base[i + 1]
-        _renumber(p.links, topo.n_links, net_pos, net.size + kernels, links[hops:hops + p.links.size])
-        np.add(p.ptr[1:], hops, out=route_ptr[lo + 1:hi + 1])
-        hops += p.links.size
+        hops = _put_paths(p.ptr, p.links, p.dominated, shared, topo.n_links, net_pos, net.size + kernels, lo,
+                          route_ptr, links, hops)
         kernels += p.kernel_Bps.size
         deps = _put_deps(p.plan.dep_ptr, p.plan.dep_idx, p.groups.shape[0], lo, barrier.get(i, -1), dep_ptr, dep_idx,
                          deps)
@@ -441,8 +461,8 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
         deps += preps[j].n_transfers
         dep_ptr[b + 1] = deps
         size[b], latency[b] = 0.0, preps[j].plan.base_latency_s
-    res = simulate(np.concatenate([_capacity(topo)[net]] + [p.kernel_Bps for p in preps]), route_ptr, links, size,
-                   dep_ptr=dep_ptr, dep_idx=dep_idx[:deps], latency_s=latency)
+    res = simulate(np.concatenate([_capacity(topo)[net]] + [p.kernel_Bps for p in preps]), route_ptr, links[:hops],
+                   size, dep_ptr=dep_ptr, dep_idx=dep_idx[:deps], latency_s=latency)
     start = [float(res.finish_s[barrier[i]]) if i in barrier else 0.0 for i in range(len(preps))]
     return res, base, start
 
