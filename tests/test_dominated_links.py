@@ -2,8 +2,12 @@
 paths leaves the max-min rates and every time of a simulation unchanged (slow reference and the event loop), and
 the flow engine's windows drop them only where no other collective crosses the link."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from flowsim.config import ClusterConfig
+from flowsim.gpu_specs import get_gpu
+from flowsim.network import collective_flows
 from flowsim.network.dominated_links import dominated_hops
 from flowsim.network.netsim import simulate
 from reference_maxmin import reference_maxmin, reference_simulate
@@ -69,3 +73,46 @@ def test_dropping_dominated_links_keeps_rates_and_times(inst):
     res = simulate(cap, kptr, klinks, size, release_s=release, latency_s=latency, dep_ptr=dptr, dep_idx=didx)
     np.testing.assert_allclose(res.start_s, want_start, rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(res.finish_s, want_finish, rtol=1e-9, atol=1e-15)
+
+
+CLUSTER = ClusterConfig(gpu="h100-sxm", num_gpus=128, switch_radix=16)  # 8 hosts a leaf: rings cross spines
+H100 = get_gpu("h100-sxm")
+WINDOW_PARTS = {
+    "dp": ("allreduce", np.array([[b + 8 * k for k in range(16)] for b in range(8)])),  # the 8 rails' rings
+    "dp_half": ("reducescatter", np.array([[b + 8 * k for k in range(8)] for b in range(8)])),
+    "pp": ("sendrecv", np.array([[g, g + 64] for g in range(64)])),  # hash-ECMP pairs across the spines
+    "ep": ("alltoall", np.array([[b + 32 * k for k in range(4)] for b in range(32)])),
+}
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(WINDOW_PARTS)), st.sampled_from([3e6, 4e7, 3e8])), min_size=1,
+                max_size=4), st.booleans())
+def test_windows_without_dominated_links_have_the_same_times(parts, chain):
+    # random windows of collectives on a small rail-optimised fabric with spines: with and without the drop, the
+    # same time for every collective and group
+    collectives = [(WINDOW_PARTS[k][0], size, WINDOW_PARTS[k][1]) for k, size in parts]
+    after = [None] + [i if chain else None for i in range(len(parts) - 1)]
+
+    def run(drop):
+        collective_flows._PREPARED.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            if not drop:
+                mp.setattr(collective_flows, "dominated_hops", lambda cap, ptr, links: np.zeros(links.size, bool))
+            return collective_flows.run_concurrent(CLUSTER, H100, collectives, after=after, utilization=False)
+
+    fast, slow = run(True), run(False)
+    collective_flows._PREPARED.clear()
+    for a, b in zip(fast, slow):
+        np.testing.assert_allclose(a.group_time_s, b.group_time_s, rtol=1e-9)
+        assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+
+
+def test_a_collective_on_the_fabric_drops_most_of_its_hops():
+    # a ring transfer's kernel link, PCIe hop and the NIC and switch ports it alone uses are implied by the
+    # narrowest of them; the hops left are those of links that several transfers share
+    for op, groups in WINDOW_PARTS.values():
+        p = collective_flows._prepare(CLUSTER, H100, op, 4e7, groups, None, None, True, 256)
+        assert p.dominated.mean() > 0.5 and not p.dominated.flags.writeable
+        kept = np.add.reduceat((~p.dominated).astype(np.int64), p.ptr[:-1])
+        assert (kept >= 1).all()
