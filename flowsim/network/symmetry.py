@@ -24,8 +24,8 @@ runs on the components kept. Hash ECMP that loads links unevenly
 leaves the transfers it concerns in classes of their own: no approximation is made. The step engine's
 cross-kind windows (a stage's gradient reduction or parameter gather beside the pipeline sends of every
 boundary, :mod:`flowsim.step.flows`) are the large case: the sends cross leaf, spine (and core) ports chosen by
-the hash, each rail draws its own collisions, and the collisions bind (made infinite, they move the reduction's
-finish by up to 1.3 % on gpt3-175b's 1,024 GPUs). Their coarsest equitable partition is discrete (gpt3-175b
+the hash, each rail draws its own collisions, and the collisions bind (switch ports made infinite shorten the
+windows of gpt3-175b on 1,024 GPUs by up to 0.3 %). Their coarsest equitable partition is discrete (gpt3-175b
 on 1,024 and 65,536 GPUs, llama3.1-405b on 16,384), so they have no symmetry at all (the orbits of the
 automorphisms are an equitable partition) and run explicitly; with ``ecmp: ideal`` the same windows have a few
 dozen classes.
