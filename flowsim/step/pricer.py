@@ -20,14 +20,53 @@ import dataclasses
 import functools
 from typing import Callable, Hashable, Mapping
 
-from flowsim.nccl_models import CollectiveEstimate, predict
+from flowsim.nccl_models import CollectiveEstimate, CommLayout, predict
 from flowsim.network.comm_layout import group_layout
 
 Span = tuple
 """``(n_ranks, stride, first_rank)`` of a communicator (module docstring)."""
 
-_group_layout = functools.lru_cache(maxsize=4096)(group_layout)
-_predict = functools.lru_cache(maxsize=65536)(predict)
+_LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(CommLayout))
+_NIC_FIELDS = frozenset(("nics_per_node", "nic_Bps"))
+
+
+class LayoutKey:
+    """A communicator's layout as NCCL's model reads it: the key of the caches of its estimates, equal for two
+    layouts whose estimates are equal.
+
+    NCCL's model reads the NIC fields of a layout (``nic_Bps``, ``nics_per_node``) only for a communicator over
+    several nodes (scale-up domains): each read sits behind an ``n_nodes`` test (``nccl_models/graph.py``
+    ``_ring_search`` and the NVLS graph of ``graphs_of``, ``execution.py`` ``network_bound``, ``rank_orders.py``,
+    ``p2p.py``; tests/test_block_cache.py checks every op on one-domain layouts). So a one-domain layout's key
+    leaves them out, and the configs that differ only in their NIC rate (a runs file's copies of a job, a NIC
+    study) share the estimates of their groups inside a domain. The layout itself is kept whole: it is what is
+    priced."""
+
+    __slots__ = ("layout", "_read", "_hash")
+
+    def __init__(self, layout: CommLayout):
+        self.layout = layout
+        skip = _NIC_FIELDS if layout.n_nodes == 1 else ()
+        self._read = tuple(None if f in skip else getattr(layout, f) for f in _LAYOUT_FIELDS)
+        self._hash = hash(self._read)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is LayoutKey and self._read == other._read
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_key(cluster, gpu, n_ranks: int, stride: int, first_rank: int) -> LayoutKey:
+    """The :class:`LayoutKey` of the communicator ``first_rank + k * stride`` on ``cluster``."""
+    return LayoutKey(group_layout(cluster, gpu, n_ranks, stride, first_rank=first_rank))
+
+
+@functools.lru_cache(maxsize=65536)
+def _predict(op: str, size_bytes: float, key: LayoutKey) -> CollectiveEstimate:
+    """NCCL's estimate of one call on the layout of ``key`` (one per op, size and key)."""
+    return predict(op, size_bytes, key.layout)
 
 
 class CollectivePricer:
@@ -68,6 +107,12 @@ class CollectivePricer:
         n, stride = self.groups[group]
         return (n, stride, 0)
 
+    def layout_key(self, group: str) -> LayoutKey | None:
+        """What the estimates of calls on a named group read of the cluster and GPU (:class:`LayoutKey`); None
+        for a single rank, on which nothing is priced."""
+        n, stride, first = self.span(group)
+        return _layout_key(self.cluster, self.gpu, n, stride, first) if n > 1 else None
+
     def estimate(self, op: str, size_bytes: float, span: Span, group: str | None = None
                  ) -> CollectiveEstimate | None:
         """NCCL's estimate of one call (None when nothing moves: one rank or no bytes); ``group`` names the
@@ -78,7 +123,7 @@ class CollectivePricer:
         key = (op, float(size_bytes), span, group if self._override else None)
         est = self._ests.get(key)
         if est is None:
-            est = _predict(op, float(size_bytes), _group_layout(self.cluster, self.gpu, n, stride, first_rank=first))
+            est = _predict(op, float(size_bytes), _layout_key(self.cluster, self.gpu, n, stride, first))
             replaced = self._override(group, op, size_bytes) if self._override and group else None
             if replaced is not None:
                 est = dataclasses.replace(est, time_s=replaced)

@@ -99,10 +99,14 @@ class _Priced(NamedTuple):
 # GPUs, a few KB each). Stage memory, by (model, training config): it reads nothing else.
 _OP_TIMES = BoundedCache(1024)
 _STAGE_MEMORY = BoundedCache(256)
-# Block times (flowsim.step.blocks.block_times), by (priced table, block, pricer, tp_comm_overlap) without the flow
-# engine: the pricer's estimates are functions of its cluster, GPU, groups and comm_sms, so configs that share all
-# of these (a tune's layouts that differ in pipeline, batch or ZeRO stage) price a block's collectives once; the
-# calls each block counts are counted again at every reuse (CollectivePricer.recount). 4,096 kept, a few KB each.
+# Block times (flowsim.step.blocks.block_times), by (priced table, block, what it reads of the pricer,
+# tp_comm_overlap) without the flow engine. Of the pricer a block reads the tensor-parallel size, comm_sms, the GPU
+# (in the priced table's key) and the estimates of its collectives, functions of each group's layout as NCCL's model
+# reads it (CollectivePricer.layout_key: without the NIC fields for a group inside one scale-up domain). So configs
+# that agree on these (a tune's layouts that differ in pipeline, batch or ZeRO stage; a runs file's or a NIC study's
+# jobs that differ in NIC rate or node count, whose TP, CP and EP groups stay inside a domain) price a block's
+# collectives once; the calls each block counts are counted again at every reuse (CollectivePricer.recount). 4,096
+# kept, a few KB each.
 _BLOCK_TIMES = BoundedCache(4096)
 # Host terms of a step's passes (flowsim.step.host.pass_host), by everything _pass_host reads: the priced table's key
 # (block key, GPU, kernel stack: the op rows and their GPU seconds), the host model's training fields and CPU family,
@@ -209,11 +213,10 @@ def _block_kinds(cfg, wl, comms, priced: _Priced, spans, runs) -> tuple:
     t, m = cfg.training, cfg.num_microbatches
     L, R, M, RM = wl.chunk_layers, wl.chunk_recompute_layers, wl.chunk_moe_layers, wl.chunk_recompute_moe_layers
 
-    where = None if t.comm_engine == "flow" else (cfg.cluster, comms.groups["tp"], t.overlap_comm_sms)
+    where = None if t.comm_engine == "flow" else (comms.groups["tp"], t.overlap_comm_sms)
 
     def times(name, count):
         opset, fresh = getattr(wl, name), []
-        groups = tuple(sorted({(r.group, comms.groups.get(r.group)) for r in opset.comms}))  # the spans it prices on
 
         def build():
             fresh.append(True)
@@ -222,7 +225,9 @@ def _block_kinds(cfg, wl, comms, priced: _Priced, spans, runs) -> tuple:
 
         if where is None:
             return build()[0]
-        blk, calls = _BLOCK_TIMES.get((priced.key, name, where, groups, t.tp_comm_overlap), build)
+        layouts = tuple(sorted({(r.group, comms.layout_key(r.group) if r.group in comms.groups else None)
+                                for r in opset.comms}))  # what its collectives read (an unknown group: build raises)
+        blk, calls = _BLOCK_TIMES.get((priced.key, name, where, layouts, t.tp_comm_overlap), build)
         if not fresh:
             comms.recount(calls, count)
         return blk
