@@ -291,6 +291,7 @@ def build_config(*sources: Mapping | str | Path | None, **overrides: Any) -> Sim
     model.validate()
     training.validate()
     cluster.validate()
-    cfg = cfg.resolved()
-    cfg.validate()
+    cfg = cfg.resolved()  # a new training config; the model and cluster are the ones just checked
+    cfg.training.validate()
+    cfg.validate_across()
     return cfg

@@ -272,8 +272,10 @@ class ModelConfig:
         return self.hidden_size * width * (2 if self.gated else 1) + width * self.hidden_size
 
     def moe_layer_count(self) -> int:
-        """Layers with routed experts (the decoder's; see :meth:`mtp_moe`)."""
-        return sum(self.moe_layer(i) for i in range(self.num_layers))
+        """Layers with routed experts (the decoder's; see :meth:`mtp_moe`): the indices ``i`` of :meth:`moe_layer`,
+        ``moe_first_k_dense + j * moe_layer_freq < num_layers``, counted without a loop over the layers."""
+        after = self.num_layers - self.moe_first_k_dense
+        return -(-after // self.moe_layer_freq) if self.is_moe and after > 0 else 0
 
     def mtp_moe(self) -> bool:
         """True when the multi-token prediction layers route tokens to experts: they take the decoder's last

@@ -71,10 +71,15 @@ class SimConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming the first rule broken (call on a resolved config)."""
+        self.model.validate()
+        self.cluster.validate()
+        self.training.validate()
+        self.validate_across()
+
+    def validate_across(self) -> None:
+        """The rules between the model, cluster and training fields (:meth:`validate` without the sections' own
+        rules, for a caller that has checked the sections already)."""
         m, c, t = self.model, self.cluster, self.training
-        m.validate()
-        c.validate()
-        t.validate()
         if t.tp * t.pp * t.dp * t.cp != c.num_gpus:
             raise ConfigError("num_gpus", "must equal tp*pp*dp*cp",
                               f"{c.num_gpus} vs {t.tp}*{t.pp}*{t.dp}*{t.cp}={t.tp * t.pp * t.dp * t.cp}")

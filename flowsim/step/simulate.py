@@ -117,6 +117,9 @@ _PASS_HOST = BoundedCache(4096)
 # The optimizer step's seconds per stage (flowsim.step.optimizer.optimizer_s), by (model, training config, GPU, host
 # CPU family): it reads the workload (built from the first two), the GPU's bandwidth and the CPU's host costs.
 _OPTIMIZER = BoundedCache(256)
+# Hardware FLOPs of a step (_step_flops), by (model, training config): it reads the workload built from them, the
+# layout and the micro-batches (a runs file's rows that differ only in their cluster count them once).
+_HARDWARE_FLOPS = BoundedCache(256)
 
 
 def stage_memories(cfg: SimConfig, wl) -> tuple:
@@ -343,7 +346,13 @@ def _stage_breakdowns(wl, ps: _Passes, run, dp_x, opt_s, mems, step: float) -> t
                      *tot.tolist(), dp_c.tolist(), bubble.tolist(), opt.tolist(), mems)))
 
 
-def _hardware_flops(cfg: SimConfig, wl, ops, spans: dict, runs: np.ndarray) -> float:
+def _hardware_flops(cfg: SimConfig, wl, spans: dict, runs: np.ndarray) -> float:
+    """FLOPs every GPU of the job runs in one step, recompute included (:func:`_step_flops`), counted once per
+    :data:`_HARDWARE_FLOPS` key."""
+    return _HARDWARE_FLOPS.get((cfg.model, cfg.training), lambda: _step_flops(cfg, wl, spans, runs))
+
+
+def _step_flops(cfg: SimConfig, wl, spans: dict, runs: np.ndarray) -> float:
     """FLOPs every GPU of the job runs in one step, recompute included: one GPU per stage, times the GPUs per
     stage (they all run the same ops)."""
     t, m = cfg.training, cfg.num_microbatches
@@ -444,7 +453,7 @@ def simulate(config=None, **overrides) -> Result:
     result = _result(cfg, gpu, wl, comms, ps, run, step, mems,
                      _stage_breakdowns(wl, ps, run, dp_x, opt_s, mems, step),
                      _timeline(wl, ps, run, comms, ops, t_ops, spans, dp_x, opt_s),
-                     _hardware_flops(cfg, wl, ops, spans, ps.runs))
+                     _hardware_flops(cfg, wl, spans, ps.runs))
     check_result(result)  # a result that breaks an invariant is flowsim's bug: refused, never printed
     return result
 
