@@ -56,12 +56,16 @@ def _canonical(key: str) -> str:
     return ALIASES.get(key, key)
 
 
+# The section of every key but ``name``: the first section (model, cluster, training) that has the field, or the
+# section _SHARED gives.
+_SECTION_OF = {**{k: sec for sec, fields in reversed(_FIELDS.items()) for k in fields if k != "name"},
+               **{k: sec for k, sec in _SHARED.items() if sec}}
+
+
 def _section_of(key: str) -> str:
-    if key in _SHARED and _SHARED[key]:
-        return _SHARED[key]
-    for sec, fields in _FIELDS.items():
-        if key in fields and key != "name":
-            return sec
+    sec = _SECTION_OF.get(key)
+    if sec is not None:
+        return sec
     known = [*ALIASES, *(name for fields in _FIELDS.values() for name in fields)]
     raise ConfigError(key, f"unknown key{did_you_mean(key, known)} (see `flowsim estimate --help` for the accepted "
                       "names)")
@@ -116,11 +120,14 @@ def read_config_file(path: str | Path) -> dict:
     return data
 
 
+_TYPE_NAMES = {sec: {name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+                     for name, f in fields.items()} for sec, fields in _FIELDS.items()}
+
+
 def _coerce(section: str, key: str, value: Any) -> Any:
-    f = _FIELDS[section][key]
-    typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    typ = _TYPE_NAMES[section][key]
     if value is None:
-        return f.default
+        return _FIELDS[section][key].default
     if typ == "bool":
         if isinstance(value, bool):
             return value
