@@ -35,6 +35,7 @@ priced on (:mod:`flowsim.kernels.stack`). v1 files (no such columns) map as befo
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Mapping
@@ -368,7 +369,14 @@ def measured_peak_memory_gib(row: Mapping) -> float:
     log: torchtitan 0.1.0 ``components/metrics.py`` ``DeviceMemoryMonitor.get_peak_stats``, reserved_bytes.all.peak),
     i.e. the caching allocator's reserved bytes, not the CUDA context.
     """
-    found = _PEAK_MEMORY.search(str(row.get("notes", "")))
+    return _peak_memory_in_notes(str(row.get("notes", "")))
+
+
+@functools.lru_cache(maxsize=1024)
+def _peak_memory_in_notes(notes: str) -> float:
+    """:func:`measured_peak_memory_gib` of a row with these notes (read once per distinct text: a long file repeats
+    its notes)."""
+    found = _PEAK_MEMORY.search(notes)
     return float(found.group(1)) if found and float(found.group(1)) > 0 else math.nan
 
 
