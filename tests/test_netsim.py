@@ -234,6 +234,26 @@ def test_run_order_is_the_stable_sort_by_share_then_id(items, extra):
     assert ids[got].tolist() == ids[np.lexsort((ids, keys))].tolist()
 
 
+@pytest.mark.parametrize("n_keys", [1, 7, 1024, 1025, 5000])
+@pytest.mark.parametrize("increasing", [True, False])
+def test_run_order_by_rank_and_by_bytes(n_keys, increasing):
+    """Both ways of ordering the keys (their rank among at most ``RUN_RANK_MAX_KEYS`` distinct ones, else their
+    bytes), with ids given in increasing order or not, give numpy's sort by (key, id)."""
+    from flowsim.network.net_heap import RUN_RANK_MAX_KEYS, _run_order
+
+    rng = np.random.default_rng(n_keys)
+    ids = rng.choice(1 << 22, size=6000, replace=False)
+    if increasing:
+        ids.sort()
+    values = rng.uniform(0.0, 1e11, size=n_keys)
+    values[0] = -0.0  # orders (and counts) as 0.0
+    keys = values[rng.integers(0, n_keys, size=ids.size)]
+    keys[:n_keys] = values  # every value present: the rank path exactly up to RUN_RANK_MAX_KEYS
+    assert (np.unique(keys).size <= RUN_RANK_MAX_KEYS) == (n_keys <= RUN_RANK_MAX_KEYS)
+    got = _run_order(ids, keys)
+    assert ids[got].tolist() == ids[np.lexsort((ids, keys))].tolist()
+
+
 def test_bad_thread_count_is_one_line_error(monkeypatch):
     import flowsim.network.netsim as netsim
 
