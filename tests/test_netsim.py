@@ -165,6 +165,34 @@ def test_distinct_links_known_answer():
     assert ptr.tolist() == [0, 2, 3] and hops.tolist() == [0, 1, 0]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n_links: st.tuples(
+    st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=n_links, max_size=n_links),
+    st.lists(st.lists(st.integers(0, n_links - 1), max_size=6), max_size=8))))
+def test_distinct_links_groups_links_by_their_transfer_lists(inst):
+    """_distinct_links against a brute force: links grouped by the list of transfers crossing them (with
+    multiplicity, paths may cross a link twice), the least (capacity, id) of each group kept."""
+    from flowsim.network.netsim import _distinct_links
+
+    cap, paths = inst
+    lists = [tuple(t for t, p in enumerate(paths) for l in p if l == link) for link in range(len(cap))]
+    best = {}
+    for link, key in enumerate(lists):
+        if not key:
+            key = ("empty", link)  # links with no transfer are all kept
+        best[key] = min(best.get(key, (cap[link], link)), (cap[link], link))
+    keep_want = sorted(b for _, b in best.values())
+    new_id = {l: i for i, l in enumerate(keep_want)}
+    of_want = [new_id[best[key if key else ("empty", link)][1]] for link, key in enumerate(lists)]
+    ptr = np.cumsum([0] + [len(p) for p in paths])
+    hops = np.array([l for p in paths for l in p], dtype=np.int64)
+    keep, link_of, kept_ptr, kept = _distinct_links(np.array(cap), ptr, hops)
+    assert keep.tolist() == keep_want and link_of.tolist() == of_want
+    kept_paths = [[new_id[l] for l in p if l in new_id] for p in paths]
+    assert kept_ptr.tolist() == np.cumsum([0] + [len(p) for p in kept_paths]).tolist()
+    assert kept.tolist() == [l for p in kept_paths for l in p]
+
+
 @settings(max_examples=120, deadline=None)
 @given(transfer_sets(), st.data())
 def test_links_with_the_same_transfers_are_simulated_once(inst, data):

@@ -259,31 +259,22 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
     """
     n_links = capacity_Bps.shape[0]
     link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
-    # Group equal lists through an open-addressing hash table (linear probing, at most half full) of the first
-    # link of each list, keyed by the list's FNV-1a hash (Fowler, Noll, Vo); equal hashes are compared in full.
-    mask = 1
-    while mask < 2 * n_links:
-        mask *= 2
-    mask -= 1
-    table = np.full(mask + 1, -1, dtype=np.int64)
-    h = np.empty(n_links, dtype=np.uint64)
-    head = np.arange(n_links)  # the first link with the same list
-    for l in range(n_links):
-        if link_ptr[l + 1] == link_ptr[l]:
-            continue
-        x = np.uint64(14695981039346656037)
-        for j in range(link_ptr[l], link_ptr[l + 1]):
-            x = (x ^ np.uint64(link_flows[j])) * np.uint64(1099511628211)
-        h[l] = x
-        slot = np.int64(x & np.uint64(mask))
-        while table[slot] >= 0:
-            m = table[slot]
-            if h[m] == x and _same_flows(link_ptr, link_flows, l, m):
-                head[l] = m
-                break
-            slot = (slot + 1) & mask
-        if head[l] == l:
-            table[slot] = l
+    # Equal lists start with the same transfer, whose path crosses all their links: each link is compared only with
+    # the links before it on the path of its list's first transfer that it is also first on (a few hops).
+    head = np.arange(n_links)  # the first link met with the same list
+    n = route_ptr.shape[0] - 1
+    for t in range(n):
+        for hop in range(route_ptr[t], route_ptr[t + 1]):
+            l = route_links[hop]
+            if head[l] != l or link_flows[link_ptr[l]] != t:
+                continue
+            for prev in range(route_ptr[t], hop):
+                m = route_links[prev]
+                if m == l:  # the path crosses l twice: l was met at its first crossing
+                    break
+                if head[m] == m and link_flows[link_ptr[m]] == t and _same_flows(link_ptr, link_flows, l, m):
+                    head[l] = m
+                    break
     best = np.arange(n_links)
     for l in range(n_links):
         b = best[head[l]]
@@ -301,7 +292,6 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
         if new_id[l] >= 0:
             keep[new_id[l]] = l
         link_of[l] = new_id[best[head[l]]]
-    n = route_ptr.shape[0] - 1
     kept_ptr = np.zeros(n + 1, dtype=np.int64)
     kept_links = np.empty(route_links.shape[0], dtype=np.int64)
     k = 0
