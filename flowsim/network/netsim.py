@@ -40,7 +40,7 @@ from flowsim.errors import ConfigError
 from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
 from flowsim.network.maxmin_kernels import _arrival_bound, _link_csr, _resolve, _resolve_local
-from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update
+from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update, _run_order
 from flowsim.network.symmetry import Quotient, quotient
 
 __all__ = ["NetSimResult", "simulate", "simulate_transfers"]
@@ -423,9 +423,17 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     fin_pos[:] = -1
     n_arr = 0
     n_fin = 0
+    # The transfers without dependencies wait in a run sorted by (release, id), the others in the heap once their
+    # dependencies finish; arrivals are taken from both in (ready time, id) order, that of one heap over all of
+    # them, without a heap's push and pop for each of the many transfers released at the start.
+    n_roots = 0
     for t in range(n):
         if deps_left[t] == 0:
-            n_arr = _heap_push(arr_heap, arr_key, arr_pos, n_arr, t, ready_s[t])
+            arr_heap[n_roots] = t
+            n_roots += 1
+    roots = arr_heap[:n_roots].copy()
+    root_run = roots[_run_order(roots, release_s[roots])]
+    p_root = 0
 
     clock[0] = 0
     link_mark[:] = -1
@@ -438,10 +446,12 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     n_active = 0
     n_solves = 0
 
-    while n_arr > 0 or n_fin > 0:
+    while n_arr > 0 or n_fin > 0 or p_root < n_roots:
         t_next = np.inf
         if n_arr > 0:
             t_next = arr_key[0]
+        if p_root < n_roots:
+            t_next = min(t_next, release_s[root_run[p_root]])
         if n_fin > 0:
             t_next = min(t_next, fin_key[0])
         now = t_next
@@ -465,8 +475,16 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             n_seeds += 1
             n_arr = _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap, arr_key,
                           arr_pos, n_arr)
-        while n_arr > 0 and arr_key[0] <= window:
-            t, n_arr = _heap_pop(arr_heap, arr_key, arr_pos, n_arr)
+        while True:
+            from_run = p_root < n_roots and release_s[root_run[p_root]] <= window
+            if n_arr > 0 and arr_key[0] <= window and (not from_run or arr_key[0] < release_s[root_run[p_root]] or (
+                    arr_key[0] == release_s[root_run[p_root]] and arr_heap[0] < root_run[p_root])):
+                t, n_arr = _heap_pop(arr_heap, arr_key, arr_pos, n_arr)
+            elif from_run:
+                t = root_run[p_root]
+                p_root += 1
+            else:
+                break
             start_s[t] = now
             if size_bytes[t] == 0.0 or route_ptr[t + 1] == route_ptr[t]:
                 n_arr = _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap,
