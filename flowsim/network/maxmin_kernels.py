@@ -132,11 +132,23 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
     n_run = 0
     if n_touched >= FILL_RUN_MIN_LINKS:
         ids = np.empty(n_touched, dtype=np.int64)
-        for i in range(n_touched):
-            l = touched[i]
-            if state[l, 2] > 0.0:
-                ids[n_run] = l
-                n_run += 1
+        n_links = state.shape[0]
+        if 4 * n_touched >= n_links:  # a good part of the links: listed in increasing id by a scan (no id passes)
+            for i in range(n_touched):
+                l = touched[i]
+                if state[l, 2] > 0.0:
+                    pos[l] = 0  # a mark, reset below (pos is all -1 outside the heap)
+            for l in range(n_links):
+                if pos[l] == 0:
+                    pos[l] = -1
+                    ids[n_run] = l
+                    n_run += 1
+        else:
+            for i in range(n_touched):
+                l = touched[i]
+                if state[l, 2] > 0.0:
+                    ids[n_run] = l
+                    n_run += 1
         keys = np.empty(n_run)
         for i in range(n_run):
             l = ids[i]
