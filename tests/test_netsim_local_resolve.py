@@ -200,3 +200,44 @@ def test_local_resolve_matches_the_previous_kernel_bit_for_bit(block):
         arrivals = int((c["rate"][c["seeds"]] < 0).sum())
         outcomes.add("gave up" if n_ref < 0 else "grew" if n_ref > arrivals else "arrivals only")
     assert outcomes == {"gave up", "grew", "arrivals only"}  # the cases reach every path
+
+
+@pytest.mark.parametrize("block", range(2))
+def test_fill_of_arrivals_alone_equals_the_level_restart_at_zero(block):
+    """When every active flow just arrived (a window's start), _fill_arrivals gives the rates and bottlenecks of
+    _resolve at level 0 bit for bit (the event loop's first fill), and leaves the heap positions as found."""
+    from flowsim.network.maxmin_kernels import _fill_arrivals, _resolve
+
+    for seed in range(block * 500, (block + 1) * 500):
+        c = _case(seed)
+        n_flows, n_links = c["flow_ptr"].size - 1, c["capacity"].size
+        now = np.flatnonzero(c["rate"] != 0.0)  # the flows active after the change, all arriving now
+        link_end = c["link_ptr"][:-1].copy()
+        active = np.empty_like(c["link_flows"])
+        on_all = np.zeros(n_flows, bool)
+        on_all[now] = True
+        link_ptr, link_flows = _link_csr(n_links, c["flow_ptr"], c["flow_links"])
+        for l in range(n_links):
+            on = link_flows[link_ptr[l]:link_ptr[l + 1]]
+            on = on[on_all[on]]
+            active[link_ptr[l]:link_ptr[l] + on.size] = on
+            link_end[l] = link_ptr[l] + on.size
+        seeds = np.random.default_rng(seed).permutation(now).astype(np.int64)
+        out = []
+        for fill in (_resolve, _fill_arrivals):
+            rate = np.zeros(n_flows)
+            rate[now] = -1.0
+            bott = np.full(n_flows, -1, np.int64)
+            s = _scratch(n_flows, n_links)
+            common = (c["capacity"], c["flow_ptr"], c["flow_links"], link_ptr, link_end, active, c["weights"], rate)
+            if fill is _resolve:
+                n = _resolve(*common, 0.0, seeds, seeds.size, s["clock"], s["link_mark"], s["flow_mark"], s["todo"],
+                             s["touched"], s["state"], s["heap"], s["hkey"], s["pos"], bott)
+            else:
+                n = _fill_arrivals(*common, seeds, seeds.size, s["clock"], s["link_mark"], s["todo"], s["touched"],
+                                   s["state"], s["heap"], s["hkey"], s["pos"], bott)
+            assert (s["pos"] == -1).all()
+            out.append((n, rate, bott, np.sort(s["todo"][:n])))
+        assert out[0][0] == out[1][0] == now.size, seed
+        for a, b in zip(out[0][1:], out[1][1:]):
+            assert np.array_equal(a, b), seed

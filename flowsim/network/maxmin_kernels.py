@@ -367,6 +367,49 @@ def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows,
 
 
 @njit(cache=True)
+def _fill_arrivals(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, seeds,
+                   n_seeds, clock, link_mark, todo, touched, state, heap, hkey, pos, bott):
+    """Progressive filling of flows that all just arrived, when no other flow is active: ``_resolve`` at level 0
+    without its walk through the links' lists, which would find no other flow (every flow on a link of a seed is a
+    seed) and no load to subtract (each link's residual is its capacity); the same ``_fill``, so the same rates.
+
+    Parameters
+    ----------
+    capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights :
+        As in ``_resolve``.
+    rate_Bps : float64[n_flows]
+        In: -1 for the seeds. Out: their rates.
+    seeds : int64[>= n_seeds]
+        The active flows, each once.
+    n_seeds : int
+        Entries of ``seeds`` in use.
+    clock, link_mark, todo, touched, state, heap, hkey, pos, bott :
+        As in ``_resolve``.
+
+    Returns
+    -------
+    int
+        ``n_seeds``, the flows filled (``todo[:n_seeds]``).
+    """
+    clock[0] += 1
+    epoch = clock[0]
+    n_touched = 0
+    for i in range(n_seeds):
+        f = seeds[i]
+        todo[i] = f
+        for h in range(flow_ptr[f], flow_ptr[f + 1]):
+            l = flow_links[h]
+            if link_mark[l] != epoch:
+                link_mark[l] = epoch
+                touched[n_touched] = l
+                n_touched += 1
+                state[l, 0] = capacity_Bps[l]
+    _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_seeds, touched,
+          n_touched, state, heap, hkey, pos, bott)
+    return n_seeds
+
+
+@njit(cache=True)
 def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
     """Put flow ``f`` into the re-filled set (once); return the new set size.
 

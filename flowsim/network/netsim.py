@@ -39,7 +39,7 @@ from numba import njit
 from flowsim.errors import ConfigError
 from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
-from flowsim.network.maxmin_kernels import _arrival_bound, _link_csr, _resolve, _resolve_local
+from flowsim.network.maxmin_kernels import _arrival_bound, _fill_arrivals, _link_csr, _resolve, _resolve_local
 from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update, _run_order
 from flowsim.network.symmetry import Quotient, quotient
 
@@ -514,9 +514,8 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             # Every draining transfer has just arrived (a window's start, a chain's next step): fill them all
             # from scratch (the level restart at level 0), which the local re-solve would do in its first round
             # before checking a certificate that cannot fail, as no transfer is fixed.
-            n_todo = _resolve(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate, 0.0,
-                              seeds, n_seeds, clock, link_mark, flow_mark, todo, touched, state, l_heap, l_key,
-                              l_pos, bott)
+            n_todo = _fill_arrivals(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
+                                    seeds, n_seeds, clock, link_mark, todo, touched, state, l_heap, l_key, l_pos, bott)
         else:
             # Local re-solve while the re-filled set stays below LOCAL_MAX_FRACTION of the draining transfers;
             # else the level restart (both exact; see flowsim.network.maxmin).
