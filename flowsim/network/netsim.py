@@ -350,7 +350,7 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     size_bytes : float64[n_transfers]
         Bytes of each transfer, finite, >= 0.
     release_s : float64[n_transfers]
-        Earliest start of each transfer, seconds, finite.
+        Earliest start of each transfer, seconds, finite, >= 0 (the order of :func:`_run_order`'s keys).
     dep_ptr, dep_idx : int64[n_transfers + 1], int64[n_deps]
         CSR of dependencies: transfer t waits for ``dep_idx[dep_ptr[t]:dep_ptr[t + 1]]``.
     latency_s : float64[n_transfers]
