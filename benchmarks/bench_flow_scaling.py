@@ -143,6 +143,9 @@ def _case(cmd: list, env: dict | None = None) -> dict:
 
 def main() -> None:
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        return
     repeat = int(args[args.index("--repeat") + 1]) if "--repeat" in args else 3
     if "--case" in args:
         name = args[args.index("--case") + 1]
