@@ -4,8 +4,7 @@ A row's whole path (row -> config -> simulation -> invariant check) runs where t
 ``jobs`` workers the parent only reads the file, hands out chunks of rows and collects one small
 :class:`Prediction` per row: nothing it does grows with the cost of a simulation. Rows whose cells (all but
 ``id`` and ``measured_step_time_s``) are identical are predicted once; in each process, rows that map to the
-same config (:func:`flowsim.explore.point.config_key`), or to configs that differ only in NIC fields flowsim does
-not read (:func:`without_nics`), are simulated once. Rows that differ only in their
+same config (:func:`flowsim.explore.point.config_key`) are simulated once. Rows that differ only in their
 :data:`CLUSTER_COLUMNS` are handed to the same worker, so that their shared workload is built once. The workers'
 warnings are passed to the parent, whose filters print each once.
 """
@@ -17,7 +16,7 @@ import operator
 import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from flowsim.errors import ConfigError
@@ -65,24 +64,8 @@ class Prediction:
     memory_allocated_bytes: float = math.nan
 
 
-def without_nics(cfg):
-    """``cfg`` with its cluster's NIC fields (``nic_gbps``, ``nics_per_node``) at their defaults where flowsim's
-    analytic step reads neither: a job inside one scale-up domain. Of the analytic step only the communicators'
-    layouts read the NIC fields (:func:`flowsim.network.comm_layout.group_layout`; the flow engine's topology is
-    the other reader), and NCCL's model reads them only for a layout over several domains
-    (:class:`flowsim.step.pricer.LayoutKey`), so such a job's result is the same at every NIC rate. Other configs
-    are returned as they are."""
-    from flowsim.config.cluster import ClusterConfig, job_domain_size
-
-    c = cfg.cluster
-    if cfg.training.comm_engine == "flow" or job_domain_size(c) < c.num_gpus:
-        return cfg
-    return replace(cfg, cluster=replace(c, nic_gbps=ClusterConfig.nic_gbps, nics_per_node=ClusterConfig.nics_per_node))
-
-
 class RowPredictor:
-    """Predicts rows one by one with ``simulate``, keeping each distinct config's outcome (one simulation each;
-    with flowsim's own simulate, configs that differ only where it reads nothing, :func:`without_nics`, share one).
+    """Predicts rows one by one with ``simulate``, keeping each distinct config's outcome (one simulation each).
 
     Parameters
     ----------
@@ -101,12 +84,11 @@ class RowPredictor:
     def predict(self, row: dict) -> Prediction:
         """The :class:`Prediction` of one row of :func:`~flowsim.validation.runs_read.read_run_records`."""
         from flowsim.explore.point import config_key
-        from flowsim.step.simulate import simulate
 
         cfg, assumptions, reason = config_of_row(row, self.calibration)
         if reason is not None:
             return Prediction(reason)
-        key = config_key(without_nics(cfg) if self.simulate is simulate else cfg)
+        key = config_key(cfg)
         if key not in self._outcomes:
             self._outcomes[key] = self._simulate(cfg)
         outcome = self._outcomes[key]
