@@ -178,7 +178,8 @@ def _run(c: dict, new: bool) -> tuple:
     n_diff = np.zeros(n_links, np.int64)
     if new:
         n = _resolve_local(*head, np.full(n_links, 7.0), n_diff, np.full(n_flows, 3.0),
-                           np.full(n_flows, 5, np.int64), *tail)
+                           np.full(n_flows, 5, np.int64), *(np.full(n_flows, 9, np.int64) for _ in range(3)),
+                           np.full(n_links, 9, np.int64), *tail)
     else:
         n = _resolve_local_reference(*head, *tail)
     assert not n_diff.any()  # left as found

@@ -209,6 +209,7 @@ def resolve(capacity_Bps, flow_ptr, flow_links, rates_Bps, active, changed, weig
                               flow_mark, todo, np.empty(n_flows, dtype=np.int64), touched,
                               np.empty(n_links, dtype=np.int64), *scratch, np.empty(n_links),
                               np.zeros(n_links, dtype=np.int64), np.empty(n_flows), np.empty(n_flows, dtype=np.int64),
+                              *(np.empty(n_flows, dtype=np.int64) for _ in range(3)), np.empty(n_links, dtype=np.int64),
                               n_flows, LOCAL_MAX_ROUNDS, float(rtol))
     if done < 0:
         _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate, level, changed,

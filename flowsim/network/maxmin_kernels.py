@@ -444,10 +444,19 @@ def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
 
 
 @njit(cache=True)
+def _root(part, i):
+    """Root of ``i`` in the union-find forest ``part`` (parent links, roots their own parent), halving the path."""
+    while part[i] != i:
+        part[i] = part[part[i]]
+        i = part[i]
+    return i
+
+
+@njit(cache=True)
 def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, old_rate_Bps,
                    bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo, saved_bott,
-                   touched, changed, state, heap, hkey, pos, resid, n_diff, prev_rate, prev_bott, max_todo, max_rounds,
-                   rtol):
+                   touched, changed, state, heap, hkey, pos, resid, n_diff, prev_rate, prev_bott, part, comp_mark, sub,
+                   link_part, max_todo, max_rounds, rtol):
     """Local incremental re-solve: re-fill a growing set of flows until the max-min certificate holds.
 
     Round: re-fill the set with every other flow fixed at its rate (exact for the set if the others are
@@ -469,6 +478,15 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
     for a set whatever the order of its flows and links, so the results are the same bit for bit; the cost of
     a round follows the flows whose rate moved in it, not the whole set (a re-solve at 65,536 GPUs grows sets of
     thousands of flows over up to ``max_rounds`` rounds).
+
+    A round re-fills only the components of the set (flows linked through the links they share) that gained a
+    member: a component without a new member has the same flows, links and residuals as at the last fill, and a
+    fill's steps on one component read and write that component's links only, so re-filling it would give it the
+    same rates and bottlenecks again. (One caveat, of round-off size: ``_fill`` raises a share that round-off put
+    below the last level to that level, and in a fill of the whole set that level can come from another
+    component; the shares involved are equal up to a few ulps, and no such case changed a result on the captured
+    event loops of docs/PERFORMANCE.md.) The mass departures of the 65,536-GPU windows (thousands of transfers
+    finishing at once) grow sets of about 1,400 components, of which a round re-fills a fifth.
 
     Parameters
     ----------
@@ -510,6 +528,11 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
         from the old one (> 0: the link's load changed).
     prev_rate, prev_bott : float64[n_flows], int64[n_flows]
         Scratch: rate and bottleneck of ``todo[i]`` before the round's fill.
+    part, comp_mark, sub : int64[n_flows]
+        Scratch: the union-find forest of the set's components over positions in ``todo`` (``_root``), the round
+        stamp of the components to re-fill (by root position), the flows re-filled in a round.
+    link_part : int64[n_links]
+        Scratch: a position in ``todo`` of a member crossing each touched link.
     max_todo : int
         Give up when the set grows beyond this many flows.
     max_rounds : int
@@ -542,33 +565,59 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
     for rnd in range(max_rounds):
         clock[0] += 1
         round_stamp = clock[0]
-        # Re-fill the set with the other flows fixed; the residuals of the links of new members are summed again.
+        # New members join the components of the set (flows linked through shared links, kept by union-find over
+        # positions in todo); the residuals of their links are summed again.
         for i in range(n_filled, n_todo):
             f = todo[i]
+            part[i] = i
+            comp_mark[i] = -1
             for h in range(flow_ptr[f], flow_ptr[f + 1]):
                 m = flow_links[h]
                 if link_mark[m] != stamp:
                     link_mark[m] = stamp
                     touched[n_touched] = m
                     n_touched += 1
+                    link_part[m] = i
+                else:
+                    a = _root(part, i)
+                    b = _root(part, link_part[m])
+                    part[max(a, b)] = min(a, b)
                 resid[m] = np.nan
+        # Only the components with a new member are re-filled: a component without one has the same flows, links
+        # and residuals as at the last fill, so its fill (which reads only its own links) gives the same rates.
+        for i in range(n_filled, n_todo):
+            comp_mark[_root(part, i)] = round_stamp
+        n_sub = 0
         for i in range(n_todo):
             f = todo[i]
             prev_rate[i] = rate_Bps[f]
             prev_bott[i] = bott[f]
-            rate_Bps[f] = -1.0
-        for i in range(n_touched):
-            m = touched[i]
-            if np.isnan(resid[m]):
-                r = capacity_Bps[m]
-                for j in range(link_ptr[m], link_end[m]):
-                    g = link_flows[j]
-                    if flow_mark[g] != stamp:
-                        r -= weights[g] * rate_Bps[g]
-                resid[m] = r
-            state[m, 0] = resid[m]
-        _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
-              n_touched, state, heap, hkey, pos, bott)
+            if i >= n_filled or comp_mark[_root(part, i)] == round_stamp:
+                rate_Bps[f] = -1.0
+                sub[n_sub] = f
+                n_sub += 1
+        clock[0] += 1
+        fill_stamp = clock[0]
+        n_sub_links = 0  # the links of the re-filled flows, listed in changed (free until the checks)
+        for i in range(n_sub):
+            f = sub[i]
+            for h in range(flow_ptr[f], flow_ptr[f + 1]):
+                m = flow_links[h]
+                if changed_mark[m] == fill_stamp:
+                    continue
+                changed_mark[m] = fill_stamp
+                changed[n_sub_links] = m
+                n_sub_links += 1
+                if np.isnan(resid[m]):
+                    r = capacity_Bps[m]
+                    for j in range(link_ptr[m], link_end[m]):
+                        g = link_flows[j]
+                        if flow_mark[g] != stamp:
+                            r -= weights[g] * rate_Bps[g]
+                    resid[m] = r
+                state[m, 0] = resid[m]
+        _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, sub, n_sub, changed,
+              n_sub_links, state, heap, hkey, pos, bott)
         # Links to check: those of flows whose rate moved in this fill (new members count as moved; in the first
         # round also the seeds'), among the links whose load changed (n_diff > 0, counted after all the moves).
         n_changed = 0

@@ -309,7 +309,7 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
 def _workspace_size(n, n_links, n_hops):
     """Entries of the int64 and float64 work buffers of :func:`_event_loop_in` for ``n`` transfers, ``n_links``
     links and ``n_hops`` path hops."""
-    return n_hops + 8 * n_links + 11 * n + 1, 8 * n + 7 * n_links
+    return n_hops + 9 * n_links + 14 * n + 1, 8 * n + 7 * n_links
 
 
 @njit(cache=True, nogil=True)
@@ -382,19 +382,21 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     # The solver visits each link's draining transfers only: active[link_ptr[l]:link_end[l]], kept in
     # increasing id by _activate / _deactivate (a link of a long chain carries all its steps, one at a time).
     n_hops = route_links.shape[0]
-    # int64 work: hops, 8 per link, 11 per transfer, 1 (_workspace_size)
+    # int64 work: hops, 9 per link, 14 per transfer, 1 (_workspace_size)
     active = iw[:n_hops]
     o = n_hops
-    link_end, link_mark, changed_mark, touched, changed, l_heap, l_pos, n_diff = (
+    link_end, link_mark, changed_mark, touched, changed, l_heap, l_pos, n_diff, link_part = (
         iw[o:o + n_links], iw[o + n_links:o + 2 * n_links], iw[o + 2 * n_links:o + 3 * n_links],
         iw[o + 3 * n_links:o + 4 * n_links], iw[o + 4 * n_links:o + 5 * n_links],
-        iw[o + 5 * n_links:o + 6 * n_links], iw[o + 6 * n_links:o + 7 * n_links], iw[o + 7 * n_links:o + 8 * n_links])
-    o += 8 * n_links
+        iw[o + 5 * n_links:o + 6 * n_links], iw[o + 6 * n_links:o + 7 * n_links], iw[o + 7 * n_links:o + 8 * n_links],
+        iw[o + 8 * n_links:o + 9 * n_links])
+    o += 9 * n_links
     deps_left, arr_heap, arr_pos, fin_heap, fin_pos, seeds, flow_mark, todo, saved_bott, bott, prev_bott = (
         iw[o:o + n], iw[o + n:o + 2 * n], iw[o + 2 * n:o + 3 * n], iw[o + 3 * n:o + 4 * n], iw[o + 4 * n:o + 5 * n],
         iw[o + 5 * n:o + 6 * n], iw[o + 6 * n:o + 7 * n], iw[o + 7 * n:o + 8 * n], iw[o + 8 * n:o + 9 * n],
         iw[o + 9 * n:o + 10 * n], iw[o + 10 * n:o + 11 * n])
-    clock = iw[o + 11 * n:o + 11 * n + 1]
+    part, comp_mark, sub = iw[o + 11 * n:o + 12 * n], iw[o + 12 * n:o + 13 * n], iw[o + 13 * n:o + 14 * n]
+    clock = iw[o + 14 * n:o + 14 * n + 1]
     # float64 work: 8 per transfer, 7 per link
     ready_s, rate, committed, remaining, t_last, arr_key, fin_key, prev_rate = (
         fw[:n], fw[n:2 * n], fw[2 * n:3 * n], fw[3 * n:4 * n], fw[4 * n:5 * n], fw[5 * n:6 * n], fw[6 * n:7 * n],
@@ -522,7 +524,8 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             n_todo = _resolve_local(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
                                     committed, bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark,
                                     todo, saved_bott, touched, changed, state, l_heap, l_key, l_pos, resid, n_diff,
-                                    prev_rate, prev_bott, max(64, int(n_active * LOCAL_MAX_FRACTION)), max_rounds,
+                                    prev_rate, prev_bott, part, comp_mark, sub, link_part,
+                                    max(64, int(n_active * LOCAL_MAX_FRACTION)), max_rounds,
                                     rtol)
             if n_todo < 0:
                 n_todo = _resolve(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
