@@ -190,10 +190,12 @@ def _used_links(n_links, route_links):
 
 
 @njit(cache=True)
-def _activate(t, route_ptr, route_links, link_ptr, link_end, active):
-    """Insert transfer ``t`` into the active segment ``active[link_ptr[l]:link_end[l]]`` of each link of its path
-    (kept increasing, the order of ``_link_csr``'s lists, so the solver's sums run in the same order as over the
-    whole lists; once per hop, as a path may cross a link twice)."""
+def _activate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since):
+    """Start transfer ``t`` draining at ``now``: insert it into the active segment ``active[link_ptr[l]:link_end[l]]``
+    of each link of its path (kept increasing, the order of ``_link_csr``'s lists, so the solver's sums run in the
+    same order as over the whole lists; once per hop, as a path may cross a link twice), add its weight to the link's
+    ``active_weight`` and start the link's busy period (``busy_since``) when it was idle."""
+    w = weights[t]
     for h in range(route_ptr[t], route_ptr[t + 1]):
         l = route_links[h]
         k = link_end[l]
@@ -202,11 +204,17 @@ def _activate(t, route_ptr, route_links, link_ptr, link_end, active):
             k -= 1
         active[k] = t
         link_end[l] += 1
+        if active_weight[l] == 0.0:
+            busy_since[l] = now
+        active_weight[l] += w
 
 
 @njit(cache=True)
-def _deactivate(t, route_ptr, route_links, link_ptr, link_end, active):
-    """Remove one entry of transfer ``t`` from the active segment of each link of its path (``_activate``)."""
+def _deactivate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since,
+                link_busy_s):
+    """Stop transfer ``t`` at ``now`` (``_activate`` undone, one entry per hop): a link whose active weight falls to 0
+    adds its busy period to ``link_busy_s``."""
+    w = weights[t]
     for h in range(route_ptr[t], route_ptr[t + 1]):
         l = route_links[h]
         k = link_ptr[l]
@@ -215,6 +223,9 @@ def _deactivate(t, route_ptr, route_links, link_ptr, link_end, active):
         link_end[l] -= 1
         for j in range(k, link_end[l]):
             active[j] = active[j + 1]
+        active_weight[l] -= w
+        if active_weight[l] == 0.0:  # weights are whole numbers: the sums are exact
+            link_busy_s[l] += now - busy_since[l]
 
 
 @njit(cache=True)
@@ -467,12 +478,8 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             level = min(level, committed[t])
             rate[t] = 0.0
             committed[t] = 0.0
-            _deactivate(t, route_ptr, route_links, link_ptr, link_end, active)
-            for h in range(route_ptr[t], route_ptr[t + 1]):
-                l = route_links[h]
-                active_weight[l] -= weights[t]
-                if active_weight[l] == 0.0:  # weights are whole numbers: the sums are exact
-                    link_busy_s[l] += now - busy_since[l]
+            _deactivate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since,
+                        link_busy_s)
             seeds[n_seeds] = t
             n_seeds += 1
             n_arr = _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap, arr_key,
@@ -495,12 +502,7 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             rate[t] = -1.0
             n_active += 1
             t_last[t] = now
-            _activate(t, route_ptr, route_links, link_ptr, link_end, active)
-            for h in range(route_ptr[t], route_ptr[t + 1]):
-                l = route_links[h]
-                if active_weight[l] == 0.0:
-                    busy_since[l] = now
-                active_weight[l] += weights[t]
+            _activate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since)
             seeds[n_seeds] = t
             n_seeds += 1
             n_arrived += 1
