@@ -40,6 +40,18 @@ sum of many rates), so the local re-solve counts the link as saturated."""
 
 
 @njit(cache=True)
+def _link_offsets(n_links, flow_links):
+    """The CSR offsets of the link -> flows transpose (:func:`_link_csr`) without the lists: int64[n_links + 1],
+    link l's entries at ``[link_ptr[l], link_ptr[l + 1])``."""
+    link_ptr = np.zeros(n_links + 1, dtype=np.int64)
+    for h in range(flow_links.shape[0]):
+        link_ptr[flow_links[h] + 1] += 1
+    for l in range(n_links):
+        link_ptr[l + 1] += link_ptr[l]
+    return link_ptr
+
+
+@njit(cache=True)
 def _link_csr(n_links, flow_ptr, flow_links):
     """Transpose the flow -> links CSR into link -> flows by a counting sort (stable in flow id).
 
@@ -60,11 +72,7 @@ def _link_csr(n_links, flow_ptr, flow_links):
         Flow id of each incidence, ascending within a link.
     """
     n_flows = flow_ptr.shape[0] - 1
-    link_ptr = np.zeros(n_links + 1, dtype=np.int64)
-    for h in range(flow_links.shape[0]):
-        link_ptr[flow_links[h] + 1] += 1
-    for l in range(n_links):
-        link_ptr[l + 1] += link_ptr[l]
+    link_ptr = _link_offsets(n_links, flow_links)
     fill = link_ptr[:-1].copy()
     link_flows = np.empty(flow_links.shape[0], dtype=np.int64)
     for f in range(n_flows):

@@ -39,7 +39,8 @@ from numba import njit
 from flowsim.errors import ConfigError
 from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
-from flowsim.network.maxmin_kernels import _arrival_bound, _fill_arrivals, _link_csr, _resolve, _resolve_local
+from flowsim.network.maxmin_kernels import (_arrival_bound, _fill_arrivals, _link_csr, _link_offsets, _resolve,
+                                            _resolve_local)
 from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update, _run_order
 from flowsim.network.symmetry import Quotient, quotient
 
@@ -389,7 +390,7 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     """
     n_links = capacity_Bps.shape[0]
     n = size_bytes.shape[0]
-    link_ptr, _ = _link_csr(n_links, route_ptr, route_links)
+    link_ptr = _link_offsets(n_links, route_links)  # the lists are built by _activate, draining transfers only
     # The solver visits each link's draining transfers only: active[link_ptr[l]:link_end[l]], kept in
     # increasing id by _activate / _deactivate (a link of a long chain carries all its steps, one at a time).
     n_hops = route_links.shape[0]
