@@ -235,3 +235,34 @@ def test_indexed_heap_pops_in_key_order(keys, data):
         order.append(item)
     assert order == sorted(range(n), key=lambda i: (final[i], i))  # ties by smaller id
     assert np.all(pos == -1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["push", "pop", "update"]), st.integers(0, 29),
+                          st.sampled_from([0.0, 1.0, 2.5, 7.0, 7.0, 40.0])), min_size=1, max_size=200))
+def test_indexed_heap_stays_valid_under_mixed_operations(ops):
+    """Pushes, pops (bottom-up) and key updates interleaved, with many equal keys: every pop returns the least
+    (key, id) present, and after every operation the heap is ordered and ``pos`` indexes it."""
+    from flowsim.network.net_heap import _heap_pop, _heap_push, _heap_update
+
+    n = 30
+    heap, hkey, pos = np.empty(n, dtype=np.int64), np.empty(n), np.full(n, -1, dtype=np.int64)
+    size, present = 0, {}
+    for op, item, k in ops:
+        if op == "push" and item not in present:
+            size = _heap_push(heap, hkey, pos, size, item, k)
+            present[item] = k
+        elif op == "update" and item in present:
+            _heap_update(heap, hkey, pos, size, item, k)
+            present[item] = k
+        elif op == "pop" and present:
+            got, size = _heap_pop(heap, hkey, pos, size)
+            assert got == min(present, key=lambda i: (present[i], i))
+            del present[got]
+        assert size == len(present)
+        for i in range(1, size):
+            parent = (i - 1) // 2
+            assert (hkey[parent], heap[parent]) < (hkey[i], heap[i])
+        assert all(pos[heap[i]] == i for i in range(size))
+        assert all(pos[i] == -1 for i in range(n) if i not in present)
+        assert all(hkey[pos[i]] == k for i, k in present.items())

@@ -129,11 +129,29 @@ def _heap_pop(heap, hkey, pos, size):
     top = heap[0]
     pos[top] = -1
     size -= 1
-    if size > 0:
-        heap[0] = heap[size]
-        hkey[0] = hkey[size]
-        pos[heap[0]] = 0
-        _sift_down(heap, hkey, pos, size, 0)
+    if size == 0:
+        return top, size
+    # Bottom-up (Wegener, "Bottom-up heapsort", Theor. Comput. Sci. 118, 1993): move the hole at the root down
+    # along the smaller children to a leaf (one comparison a level), then the last entry up from there; it
+    # belongs near the bottom, so this costs about half the comparisons of a sift-down from the root. The heap
+    # is valid either way and pops by (key, id), a total order, so the items come out in the same order.
+    item = heap[size]
+    k = hkey[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        right = child + 1
+        if right < size and (hkey[right] < hkey[child] or (hkey[right] == hkey[child] and heap[right] < heap[child])):
+            child = right
+        heap[i] = heap[child]
+        hkey[i] = hkey[child]
+        pos[heap[i]] = i
+        i = child
+    heap[i] = item
+    hkey[i] = k
+    _sift_up(heap, hkey, pos, i)
     return top, size
 
 
