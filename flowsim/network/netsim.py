@@ -321,7 +321,7 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
 def _workspace_size(n, n_links, n_hops):
     """Entries of the int64 and float64 work buffers of :func:`_event_loop_in` for ``n`` transfers, ``n_links``
     links and ``n_hops`` path hops."""
-    return n_hops + 9 * n_links + 14 * n + 1, 8 * n + 7 * n_links
+    return (n_hops + 1) // 2 + 9 * n_links + 14 * n + 1, 8 * n + 7 * n_links
 
 
 @njit(cache=True, nogil=True)
@@ -394,9 +394,12 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     # The solver visits each link's draining transfers only: active[link_ptr[l]:link_end[l]], kept in
     # increasing id by _activate / _deactivate (a link of a long chain carries all its steps, one at a time).
     n_hops = route_links.shape[0]
-    # int64 work: hops, 9 per link, 14 per transfer, 1 (_workspace_size)
-    active = iw[:n_hops]
-    o = n_hops
+    # int64 work: half an entry per hop, 9 per link, 14 per transfer, 1 (_workspace_size). The paths and the
+    # links' lists of draining transfers in int32 (ids below 2**31: arrays of that many float64 would not fit in
+    # memory), halving the memory that their walks read.
+    hops = route_links.astype(np.int32)
+    o = (n_hops + 1) // 2
+    active = iw[:o].view(np.int32)[:n_hops]
     link_end, link_mark, changed_mark, touched, changed, l_heap, l_pos, n_diff, link_part = (
         iw[o:o + n_links], iw[o + n_links:o + 2 * n_links], iw[o + 2 * n_links:o + 3 * n_links],
         iw[o + 3 * n_links:o + 4 * n_links], iw[o + 4 * n_links:o + 5 * n_links],
@@ -479,7 +482,7 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             level = min(level, committed[t])
             rate[t] = 0.0
             committed[t] = 0.0
-            _deactivate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since,
+            _deactivate(t, now, weights, route_ptr, hops, link_ptr, link_end, active, active_weight, busy_since,
                         link_busy_s)
             seeds[n_seeds] = t
             n_seeds += 1
@@ -503,7 +506,7 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
             rate[t] = -1.0
             n_active += 1
             t_last[t] = now
-            _activate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since)
+            _activate(t, now, weights, route_ptr, hops, link_ptr, link_end, active, active_weight, busy_since)
             seeds[n_seeds] = t
             n_seeds += 1
             n_arrived += 1
@@ -512,26 +515,26 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
         for i in range(n_seeds):
             t = seeds[i]
             if rate[t] < 0.0:
-                level = min(level, _arrival_bound(capacity_Bps, route_ptr, route_links, active_weight, t))
+                level = min(level, _arrival_bound(capacity_Bps, route_ptr, hops, active_weight, t))
         level *= 1.0 - rtol
         n_solves += 1
         if n_arrived == n_seeds == n_active:
             # Every draining transfer has just arrived (a window's start, a chain's next step): fill them all
             # from scratch (the level restart at level 0), which the local re-solve would do in its first round
             # before checking a certificate that cannot fail, as no transfer is fixed.
-            n_todo = _fill_arrivals(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
+            n_todo = _fill_arrivals(capacity_Bps, route_ptr, hops, link_ptr, link_end, active, weights, rate,
                                     seeds, n_seeds, clock, link_mark, todo, touched, state, l_heap, l_key, l_pos, bott)
         else:
             # Local re-solve while the re-filled set stays below LOCAL_MAX_FRACTION of the draining transfers;
             # else the level restart (both exact; see flowsim.network.maxmin).
-            n_todo = _resolve_local(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
+            n_todo = _resolve_local(capacity_Bps, route_ptr, hops, link_ptr, link_end, active, weights, rate,
                                     committed, bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark,
                                     todo, saved_bott, touched, changed, state, l_heap, l_key, l_pos, resid, n_diff,
                                     prev_rate, prev_bott, part, comp_mark, sub, link_part,
                                     max(64, int(n_active * LOCAL_MAX_FRACTION)), max_rounds,
                                     rtol)
             if n_todo < 0:
-                n_todo = _resolve(capacity_Bps, route_ptr, route_links, link_ptr, link_end, active, weights, rate,
+                n_todo = _resolve(capacity_Bps, route_ptr, hops, link_ptr, link_end, active, weights, rate,
                                   level, seeds, n_seeds, clock, link_mark, flow_mark, todo, touched, state, l_heap,
                                   l_key, l_pos, bott)
         for i in range(n_todo):
