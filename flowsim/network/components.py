@@ -56,10 +56,16 @@ def _components(n_links, route_ptr, route_links, dep_ptr, dep_idx):
         Dependencies (CSR).
     """
     n = route_ptr.shape[0] - 1
-    parent = np.arange(n + n_links)
+    # A forest over the transfers alone: each link joins its transfers to the first one met on it (``owner``).
+    parent = np.arange(n)
+    owner = np.full(n_links, -1, dtype=np.int64)
     for t in range(n):
         for h in range(route_ptr[t], route_ptr[t + 1]):
-            a, b = _find(parent, t), _find(parent, n + route_links[h])
+            o = owner[route_links[h]]
+            if o < 0:
+                owner[route_links[h]] = t
+                continue
+            a, b = _find(parent, t), _find(parent, o)
             if a != b:
                 parent[max(a, b)] = min(a, b)
         for j in range(dep_ptr[t], dep_ptr[t + 1]):
