@@ -242,9 +242,9 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, used, size_bits, release_b
     their count, the link colours (-1 for unused links), their count and whether the colouring is stable.
 
     A round colours the transfers first and stops there when they grew too fast (such a round is not stable,
-    so its link colours are never read); the links' sums are scattered from the transfers' paths (wrapping
-    int64 additions: the sums of the links' transfer lists, in another order), so no link -> transfers
-    transpose is built for a refinement that finds nothing."""
+    so its link colours are never read); the links' sums are scattered from the transfers' paths in the same pass
+    over the hops (wrapping int64 additions: the sums of the links' transfer lists, in another order), so no
+    link -> transfers transpose is built for a refinement that finds nothing."""
     n = size_bits.shape[0]
     depth = _depths(dep_ptr, dep_idx)
     key = np.empty(n, dtype=np.int64)
@@ -263,18 +263,24 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, used, size_bits, release_b
     stable = False
     # Each colour's hashes, once per element and round rather than once per hop (the same sums)
     lhash = np.zeros(cap_bits.shape[0], dtype=np.int64)
+    lsum = np.zeros(cap_bits.shape[0], dtype=np.int64)
     thash = np.empty(n, dtype=np.int64)
     for _ in range(max_rounds):
         if n_tc > max_classes:
             break
         for i in range(used.shape[0]):
             lhash[used[i]] = _h(lcol[used[i]], _SALT_LINK)
+            lsum[used[i]] = 0
         for t in range(n):
             thash[t] = _h(tcol[t], _SALT_DEP)
+        # One pass over the hops: each transfer's sum of its links' hashes, and each link's sum of its transfers'
+        # (the links' are read only if the transfers do not grow too fast)
         for t in range(n):
             a = np.int64(0)
+            ht = _h(tcol[t], _SALT_FLOW)
             for h in range(route_ptr[t], route_ptr[t + 1]):
                 a += lhash[route_links[h]]
+                lsum[route_links[h]] += ht
             d = np.int64(0)
             for j in range(dep_ptr[t], dep_ptr[t + 1]):
                 d += thash[dep_idx[j]]
@@ -283,13 +289,6 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, used, size_bits, release_b
         if (n_tc2 >= GROWTH_MIN_CLASSES and n_tc2 >= MAX_ROUND_GROWTH * n_tc
                 and n_tc2 * n_tc2 > max_classes * n_tc):
             break  # another round growing as much would pass max_classes: no quotient
-        lsum = lhash  # this round's link hashes are read: the array takes the sums
-        for i in range(used.shape[0]):
-            lsum[used[i]] = 0
-        for t in range(n):
-            ht = _h(tcol[t], _SALT_FLOW)
-            for h in range(route_ptr[t], route_ptr[t + 1]):
-                lsum[route_links[h]] += ht
         for i in range(used.shape[0]):
             lkey[i] = _h(lcol[used[i]], lsum[used[i]])
         lc2, n_lc2 = _dense_into(lkey, *l_tab)
