@@ -193,6 +193,55 @@ def test_distinct_links_groups_links_by_their_transfer_lists(inst):
     assert kept.tolist() == [l for p in kept_paths for l in p]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12).flatmap(lambda n_links: st.tuples(
+    st.just(n_links), st.lists(st.lists(st.integers(0, n_links - 1), max_size=6), max_size=8),
+    st.lists(st.sampled_from([0.0, 1.0, 0.1, 3.0, 1e-300, 7.5e12]), min_size=8, max_size=8))))
+def test_used_links_against_numpy(inst):
+    """_used_links against numpy: the used links (np.unique), the hops as positions among them (searchsorted) and
+    each link's bytes bit for bit as np.bincount sums them (in hop order; paths may cross a link twice)."""
+    from flowsim.network.netsim import _used_links
+
+    n_links, paths, sizes = inst
+    ptr = np.cumsum([0] + [len(p) for p in paths]).astype(np.int64)
+    hops = np.array([l for p in paths for l in p], dtype=np.int64)
+    size = np.array(sizes[:len(paths)])
+    used, local, link_bytes = _used_links(n_links, ptr, hops, size)
+    assert used.tolist() == np.unique(hops).tolist()
+    assert local.tolist() == np.searchsorted(np.unique(hops), hops).tolist()
+    want = np.bincount(hops, weights=np.repeat(size, np.diff(ptr)), minlength=n_links)
+    assert link_bytes.tobytes() == want.tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(transfer_sets())
+def test_components_against_brute_force(inst):
+    """components._components against a search over transfers joined by shared links and dependencies:
+    the same partition, numbered in order of each component's smallest transfer id."""
+    from flowsim.network.components import _components
+
+    cap, paths, _, _, deps, _ = inst
+    n = len(paths)
+    ptr = np.cumsum([0] + [len(p) for p in paths]).astype(np.int64)
+    hops = np.array([l for p in paths for l in p], dtype=np.int64)
+    dptr = np.cumsum([0] + [len(d) for d in deps]).astype(np.int64)
+    didx = np.array([d for ds in deps for d in ds], dtype=np.int64)
+    near = [{u for u in range(n) if u != t and (set(paths[t]) & set(paths[u]) or u in deps[t] or t in deps[u])}
+            for t in range(n)]
+    want, n_want = [-1] * n, 0
+    for t in range(n):
+        if want[t] < 0:
+            stack = [t]
+            while stack:
+                u = stack.pop()
+                if want[u] < 0:
+                    want[u] = n_want
+                    stack += near[u]
+            n_want += 1
+    comp, n_comp = _components(len(cap), ptr, hops, dptr, didx)
+    assert comp.tolist() == want and n_comp == n_want
+
+
 @settings(max_examples=120, deadline=None)
 @given(transfer_sets(), st.data())
 def test_links_with_the_same_transfers_are_simulated_once(inst, data):

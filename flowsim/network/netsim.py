@@ -162,8 +162,9 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
 
 
 @njit(cache=True)
-def _used_links(n_links, route_links):
-    """The links some path uses (increasing) and the paths' hops renumbered into that list.
+def _used_links(n_links, route_ptr, route_links, size_bytes):
+    """The links some path uses (increasing), the paths' hops renumbered into that list, and the bytes each link
+    carries (one pass over the hops).
 
     Returns
     -------
@@ -171,23 +172,28 @@ def _used_links(n_links, route_links):
         Original ids.
     local : int64[n_hops]
         ``route_links`` as positions in ``used`` (the order of links is kept).
+    link_bytes : float64[n_links]
+        Bytes each link carries: the sizes of the transfers whose paths cross it, once per crossing, summed in hop
+        order (as ``np.bincount(route_links, weights=np.repeat(size_bytes, np.diff(route_ptr)))``).
     """
-    pos = np.full(n_links, -1, dtype=np.int64)
-    for h in range(route_links.shape[0]):
-        pos[route_links[h]] = 0
+    pos = np.zeros(n_links, dtype=np.int64)  # 1 for a used link, then its position in ``used``
+    link_bytes = np.zeros(n_links)
+    for t in range(route_ptr.shape[0] - 1):
+        x = size_bytes[t]
+        for h in range(route_ptr[t], route_ptr[t + 1]):
+            pos[route_links[h]] = 1
+            link_bytes[route_links[h]] += x
+    used = np.empty(n_links + 1, dtype=np.int64)
     n_used = 0
-    for l in range(n_links):
-        if pos[l] == 0:
-            pos[l] = n_used
-            n_used += 1
-    used = np.empty(n_used, dtype=np.int64)
-    for l in range(n_links):
-        if pos[l] >= 0:
-            used[pos[l]] = l
+    for l in range(n_links):  # without branches: used and unused links alternate irregularly
+        used[n_used] = l
+        f = pos[l]
+        pos[l] = n_used
+        n_used += f
     local = np.empty(route_links.shape[0], dtype=np.int64)
     for h in range(route_links.shape[0]):
         local[h] = pos[route_links[h]]
-    return used, local
+    return used[:n_used].copy(), local, link_bytes
 
 
 @njit(cache=True)
@@ -272,19 +278,30 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
     n_links = capacity_Bps.shape[0]
     link_ptr, link_flows = _link_csr(n_links, route_ptr, route_links)
     # Equal lists start with the same transfer, whose path crosses all their links: each link is compared only with
-    # the links before it on the path of its list's first transfer that it is also first on (a few hops).
+    # the links before it on the path of its list's first transfer that it is also first on (a few hops), gathered
+    # in path order into ``own`` first.
     head = np.arange(n_links)  # the first link met with the same list
     n = route_ptr.shape[0] - 1
+    longest = 0
     for t in range(n):
+        longest = max(longest, route_ptr[t + 1] - route_ptr[t])
+    own = np.empty(longest, dtype=np.int64)
+    for t in range(n):
+        n_own = 0
         for hop in range(route_ptr[t], route_ptr[t + 1]):
             l = route_links[hop]
-            if head[l] != l or link_flows[link_ptr[l]] != t:
+            if link_flows[link_ptr[l]] == t:
+                own[n_own] = l
+                n_own += 1
+        for i in range(n_own):
+            l = own[i]
+            if head[l] != l:
                 continue
-            for prev in range(route_ptr[t], hop):
-                m = route_links[prev]
+            for j in range(i):
+                m = own[j]
                 if m == l:  # the path crosses l twice: l was met at its first crossing
                     break
-                if head[m] == m and link_flows[link_ptr[m]] == t and _same_flows(link_ptr, link_flows, l, m):
+                if head[m] == m and _same_flows(link_ptr, link_flows, l, m):
                     head[l] = m
                     break
     best = np.arange(n_links)
@@ -721,7 +738,7 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
         raise ConfigError("dep_idx", f"transfer ids must be in [0, {n})", f"{int(dep_idx[i])} at entry {i}")
     # The used links only, renumbered in increasing order (the per-link arrays of the quotient and the event loop
     # are sized by the links: a step's window uses a tenth of a 16,384-GPU fabric's).
-    used, links = _used_links(capacity_Bps.size, route_links)
+    used, links, link_bytes = _used_links(capacity_Bps.size, route_ptr, route_links, size)
     cap = capacity_Bps[used]
     q = quotient(cap, route_ptr, links, size, release, latency, dep_ptr, dep_idx) if symmetry else None
     if q is None:
@@ -736,7 +753,6 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
         ids = np.flatnonzero(stuck)
         raise ConfigError("dep_idx", "dependency cycle: these transfers never become ready",
                           f"{ids[:10].tolist()}{' ...' if ids.size > 10 else ''}")
-    link_bytes = np.bincount(route_links, weights=np.repeat(size, np.diff(route_ptr)), minlength=capacity_Bps.size)
     return NetSimResult(start_s=start, finish_s=finish, capacity_Bps=capacity_Bps, link_bytes=link_bytes,
                         link_busy_s=busy, makespan_s=float(finish.max()) if n else 0.0, n_solves=int(n_solves))
 
