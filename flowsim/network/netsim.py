@@ -76,7 +76,7 @@ class NetSimResult:
     capacity_Bps : float64[n_links]
         Link capacities used, bytes/s.
     link_bytes : float64[n_links]
-        Bytes each link carried.
+        Bytes each link carried (summed from the paths on first read: the step engine reads only times).
     link_busy_s : float64[n_links]
         Time during which at least one transfer was draining through each link, seconds.
     makespan_s : float
@@ -89,10 +89,18 @@ class NetSimResult:
     start_s: np.ndarray
     finish_s: np.ndarray
     capacity_Bps: np.ndarray
-    link_bytes: np.ndarray
     link_busy_s: np.ndarray
     makespan_s: float
     n_solves: int
+    _paths: tuple  # (route_ptr, used, hops as positions in used, size_bytes): the simulation's own, for link_bytes
+
+    @functools.cached_property
+    def link_bytes(self) -> np.ndarray:
+        """float64[n_links]: bytes each link carried, bytes (summed in hop order, as ``np.bincount``)."""
+        route_ptr, used, local, size = self._paths
+        out = np.zeros(self.capacity_Bps.size)
+        out[used] = np.bincount(local, weights=np.repeat(size, np.diff(route_ptr)), minlength=used.size)
+        return out
 
     @property
     def link_utilization(self) -> np.ndarray:
@@ -162,9 +170,8 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
 
 
 @njit(cache=True)
-def _used_links(n_links, route_ptr, route_links, size_bytes):
-    """The links some path uses (increasing), the paths' hops renumbered into that list, and the bytes each link
-    carries (one pass over the hops).
+def _used_links(n_links, route_links):
+    """The links some path uses (increasing) and the paths' hops renumbered into that list.
 
     Returns
     -------
@@ -172,17 +179,10 @@ def _used_links(n_links, route_ptr, route_links, size_bytes):
         Original ids.
     local : int64[n_hops]
         ``route_links`` as positions in ``used`` (the order of links is kept).
-    link_bytes : float64[n_links]
-        Bytes each link carries: the sizes of the transfers whose paths cross it, once per crossing, summed in hop
-        order (as ``np.bincount(route_links, weights=np.repeat(size_bytes, np.diff(route_ptr)))``).
     """
     pos = np.zeros(n_links, dtype=np.int64)  # 1 for a used link, then its position in ``used``
-    link_bytes = np.zeros(n_links)
-    for t in range(route_ptr.shape[0] - 1):
-        x = size_bytes[t]
-        for h in range(route_ptr[t], route_ptr[t + 1]):
-            pos[route_links[h]] = 1
-            link_bytes[route_links[h]] += x
+    for h in range(route_links.shape[0]):
+        pos[route_links[h]] = 1
     used = np.empty(n_links + 1, dtype=np.int64)
     n_used = 0
     for l in range(n_links):  # without branches: used and unused links alternate irregularly
@@ -193,7 +193,7 @@ def _used_links(n_links, route_ptr, route_links, size_bytes):
     local = np.empty(route_links.shape[0], dtype=np.int64)
     for h in range(route_links.shape[0]):
         local[h] = pos[route_links[h]]
-    return used[:n_used].copy(), local, link_bytes
+    return used[:n_used].copy(), local
 
 
 @njit(cache=True)
@@ -738,7 +738,7 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
         raise ConfigError("dep_idx", f"transfer ids must be in [0, {n})", f"{int(dep_idx[i])} at entry {i}")
     # The used links only, renumbered in increasing order (the per-link arrays of the quotient and the event loop
     # are sized by the links: a step's window uses a tenth of a 16,384-GPU fabric's).
-    used, links, link_bytes = _used_links(capacity_Bps.size, route_ptr, route_links, size)
+    used, links = _used_links(capacity_Bps.size, route_links)
     cap = capacity_Bps[used]
     q = quotient(cap, route_ptr, links, size, release, latency, dep_ptr, dep_idx) if symmetry else None
     if q is None:
@@ -753,8 +753,9 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
         ids = np.flatnonzero(stuck)
         raise ConfigError("dep_idx", "dependency cycle: these transfers never become ready",
                           f"{ids[:10].tolist()}{' ...' if ids.size > 10 else ''}")
-    return NetSimResult(start_s=start, finish_s=finish, capacity_Bps=capacity_Bps, link_bytes=link_bytes,
-                        link_busy_s=busy, makespan_s=float(finish.max()) if n else 0.0, n_solves=int(n_solves))
+    return NetSimResult(start_s=start, finish_s=finish, capacity_Bps=capacity_Bps, link_busy_s=busy,
+                        makespan_s=float(finish.max()) if n else 0.0, n_solves=int(n_solves),
+                        _paths=(route_ptr.copy(), used, links, size.copy()))
 
 
 def simulate_transfers(topo, src_gpu, dst_gpu, size_bytes, *, release_s=None, dep_ptr=None, dep_idx=None,
