@@ -335,6 +335,43 @@ def _routed(cluster: ClusterConfig, gpu: GPUSpec, topo: Topology, plan: Plan, gr
     return hit
 
 
+@njit(cache=True)
+def _claim_links(owner, links, i, met):
+    """The collectives ``owner`` records on ``links`` before collective ``i`` (each once, in order of first
+    appearance; ``met``: one entry per collective, none equal to ``i`` on entry), then ``owner[links] = i``."""
+    out = np.empty(links.shape[0], dtype=np.int64)
+    k = 0
+    for a in range(links.shape[0]):
+        o = owner[links[a]]
+        if o >= 0 and met[o] != i:
+            met[o] = i
+            out[k] = o
+            k += 1
+        owner[links[a]] = i
+    return out[:k]
+
+
+@njit(cache=True)
+def _count_links(count, links):
+    """``count[l] += 1`` for each of ``links``."""
+    for a in range(links.shape[0]):
+        count[links[a]] += 1
+
+
+@njit(cache=True)
+def _crossed(count):
+    """The links with a count (increasing) and each one's position among them (``pos``; entries of links with none
+    are not meaningful)."""
+    crossed = np.empty(count.shape[0] + 1, dtype=np.int64)
+    pos = np.empty(count.shape[0], dtype=np.int64)
+    k = 0
+    for l in range(count.shape[0]):  # without branches: crossed and idle links alternate irregularly
+        crossed[k] = l
+        pos[l] = k
+        k += count[l] > 0
+    return crossed[:k].copy(), pos
+
+
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
     """bool[n]: the collectives that can change the rates of the ``focus`` ones, i.e. those linked to them by
     a chain of shared topology links or ``after`` orderings (the others cannot: max-min rates depend only on
@@ -350,12 +387,11 @@ def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
         return i
 
     owner = np.full(topo.n_links, -1, dtype=np.int64)
+    met = np.full(n, -1, dtype=np.int64)
     for i, p in enumerate(preps):
-        seen = owner[p.net_links]
-        shared = np.flatnonzero(np.bincount(seen[seen >= 0], minlength=i)).tolist()  # earlier ones on its links
+        shared = _claim_links(owner, p.net_links, i, met).tolist()  # earlier ones on its links
         for j in shared + ([after[i]] if after[i] is not None else []):
             parent[root(j)] = root(i)
-        owner[p.net_links] = i
     roots = {root(i) for i in focus}
     return np.array([root(i) in roots for i in range(n)], dtype=bool)
 
@@ -366,16 +402,16 @@ def _reindex(after: list, subset: list) -> list:
 
 
 @njit(cache=True)
-def _put_paths(ptr, links, dominated, shared, n_topo, net_pos, kernel_base, t_base, out_ptr, out_links, h):
+def _put_paths(ptr, links, dominated, owners, n_topo, net_pos, kernel_base, t_base, out_ptr, out_links, h):
     """A collective's paths (CSR ``ptr``, ``links``) into the window's CSR from hop ``h`` on, its transfer ``t``
     as the window's ``t_base + t`` (offsets to ``out_ptr[t_base + 1 ...]``): a topology link ``l < n_topo`` as
     ``net_pos[l]``, a kernel link ``l`` as ``kernel_base + l - n_topo``; a hop over a link ``dominated`` among
-    the collective's own is left out unless another collective of the window crosses that link (``shared``: its
-    transfers may not all cross the dominator). Returns the next free hop."""
+    the collective's own is left out unless another collective of the window crosses that link (``owners[l]``, the
+    window's collectives on it, > 1: its transfers may not all cross the dominator). Returns the next free hop."""
     for t in range(ptr.shape[0] - 1):
         for a in range(ptr[t], ptr[t + 1]):
             l = links[a]
-            if dominated[a] and (l >= n_topo or not shared[l]):
+            if dominated[a] and (l >= n_topo or owners[l] < 2):
                 continue
             out_links[h] = net_pos[l] if l < n_topo else kernel_base + l - n_topo
             h += 1
@@ -427,10 +463,8 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     barrier = {i: n + k for k, i in enumerate(chained)}
     owners = np.zeros(topo.n_links, dtype=np.int64)
     for p in preps:
-        owners[p.net_links] += 1  # net_links are distinct
-    net, shared = np.flatnonzero(owners), owners > 1
-    net_pos = np.empty(topo.n_links, dtype=np.int64)
-    net_pos[net] = np.arange(net.size)
+        _count_links(owners, p.net_links)  # net_links are distinct
+    net, net_pos = _crossed(owners)
     n_all = n + len(chained)
     route_ptr = np.empty(n_all + 1, dtype=np.int64)
     route_ptr[0] = 0
@@ -447,7 +481,7 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     hops = deps = kernels = 0
     for i, p in enumerate(preps):
         lo, hi = base[i], base[i + 1]
-        hops = _put_paths(p.ptr, p.links, p.dominated, shared, topo.n_links, net_pos, net.size + kernels, lo,
+        hops = _put_paths(p.ptr, p.links, p.dominated, owners, topo.n_links, net_pos, net.size + kernels, lo,
                           route_ptr, links, hops)
         kernels += p.kernel_Bps.size
         deps = _put_deps(p.plan.dep_ptr, p.plan.dep_idx, p.groups.shape[0], lo, barrier.get(i, -1), dep_ptr, dep_idx,
