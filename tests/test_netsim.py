@@ -393,3 +393,13 @@ def test_gb_scale_units():
     # 1 GB over 400 Gb/s = 1e9 / 5e10 = 0.02 s.
     res = simulate([gbps_to_Bps(400)], [0, 1], [0], [1 * GB])
     assert res.finish_s[0] == pytest.approx(0.02, rel=1e-12)
+
+
+def test_freed_memory_kept_on_glibc():
+    """simulate() sets glibc's malloc thresholds once (netsim._keep_freed_memory); elsewhere it does nothing."""
+    import platform
+
+    from flowsim.network import netsim
+
+    simulate([1e11], [0, 1], [0], [1e9])
+    assert netsim._keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
