@@ -242,3 +242,24 @@ def test_dense_colours_through_one_reused_table(key_lists):
         got, n = symmetry._dense_into(np.array(keys, dtype=np.int64), *tab)
         assert got.tolist() == want and n == len(first)
         assert (tab[1] == -1).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=11), st.data())
+def test_structure_digest_sees_every_element_and_the_order(x, data):
+    """symmetry._absorb (the quotient cache's key) changes when any one element changes, in any of its four lanes or
+    the tail, when two different elements swap, and when an element is appended."""
+    from flowsim.network.symmetry import _absorb
+
+    x = np.array(x, dtype=np.int64)
+    base = _absorb(np.int64(1), np.int64(2), x)
+    i = data.draw(st.integers(0, x.size - 1))
+    y = x.copy()
+    y[i] += 1
+    assert _absorb(np.int64(1), np.int64(2), y) != base
+    j = data.draw(st.integers(0, x.size - 1))
+    if x[i] != x[j]:
+        y = x.copy()
+        y[i], y[j] = x[j], x[i]
+        assert _absorb(np.int64(1), np.int64(2), y) != base
+    assert _absorb(np.int64(1), np.int64(2), np.append(x, 0)) != base
