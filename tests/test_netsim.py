@@ -396,10 +396,11 @@ def test_gb_scale_units():
 
 
 def test_freed_memory_kept_on_glibc():
-    """simulate() sets glibc's malloc thresholds once (netsim._keep_freed_memory); elsewhere it does nothing."""
+    """simulate() sets glibc's malloc thresholds once (allocator.keep_freed_memory); elsewhere it does nothing."""
     import platform
 
-    from flowsim.network import netsim
+    from flowsim.network.allocator import keep_freed_memory
 
     simulate([1e11], [0, 1], [0], [1e9])
-    assert netsim._keep_freed_memory() is (platform.libc_ver()[0] == "glibc")
+    assert keep_freed_memory.cache_info().currsize == 1
+    assert keep_freed_memory() is (platform.libc_ver()[0] == "glibc")

@@ -37,6 +37,7 @@ import numpy as np
 from numba import njit
 
 from flowsim.errors import ConfigError
+from flowsim.network.allocator import keep_freed_memory
 from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
 from flowsim.network.maxmin_kernels import (_arrival_bound, _fill_arrivals, _link_csr, _link_offsets, _resolve,
@@ -593,40 +594,6 @@ benchmarks/bench_flow_scaling.py."""
 
 _WORK = threading.local()
 
-HEAP_MMAP_THRESHOLD_BYTES = 32 * 2**20
-"""glibc malloc's M_MMAP_THRESHOLD set by :func:`_keep_freed_memory`: blocks up to this size come from the heap, so
-that a freed one is re-used. 32 MiB is glibc's maximum on 64-bit systems (HEAP_MAX_SIZE / 2, mallopt(3))."""
-
-HEAP_TRIM_THRESHOLD_BYTES = 2**30
-"""glibc malloc's M_TRIM_THRESHOLD set by :func:`_keep_freed_memory`: free memory at the top of the heap is returned
-to the system only past this much (mallopt(3) takes a C int: below 2 GiB)."""
-
-
-@functools.lru_cache(maxsize=1)
-def _keep_freed_memory() -> bool:
-    """Make glibc's malloc keep freed blocks of up to :data:`HEAP_MMAP_THRESHOLD_BYTES` for the next allocation
-    instead of returning them to the system (process-wide, once; whether it was set).
-
-    A step's simulations allocate and free arrays of megabytes by the hundred (the window's paths, the quotient's
-    colour tables, the event loop's link lists and heaps). By default glibc maps a block above its dynamic mmap
-    threshold (128 KiB at start, raised to the largest block freed so far) afresh and unmaps it on free, and trims
-    the heap's top once twice that lies free there: every such array then pays a page fault and the zeroing of
-    each 4 KiB page on first write. Setting both thresholds (which also stops the dynamic one) re-uses the freed
-    pages: benchmarks/bench_flow_scaling.py's gpt3-175b re-run on 65,536 H100 takes 4.2-4.4 -> 3.8 s, the same
-    results, max RSS 445 -> 441 MB (the peak is the peak; memory freed after it stays with the process). Does
-    nothing where the C library is not glibc."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h>
-    return bool(mallopt(m_mmap_threshold, HEAP_MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(m_trim_threshold, HEAP_TRIM_THRESHOLD_BYTES))
-
 
 def _simulate_reusing(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights,
                       rtol) -> tuple:
@@ -745,6 +712,11 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     ValueError
         Bad link or path arrays (see :func:`flowsim.network.maxmin.solve`).
 
+    Notes
+    -----
+    The first call sets glibc's malloc to keep freed blocks for re-use, process-wide
+    (:func:`flowsim.network.allocator.keep_freed_memory`).
+
     Examples
     --------
     One 1 GB transfer over a 100 GB/s link with 2 us latency finishes at 2e-6 + 1e9 / 1e11 = 0.010002 s:
@@ -752,7 +724,7 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     >>> simulate([1e11], [0, 1], [0], [1e9], latency_s=2e-6).finish_s.tolist()
     [0.010002]
     """
-    _keep_freed_memory()
+    keep_freed_memory()
     capacity_Bps, route_ptr, route_links, _ = _check_routes(capacity_Bps, route_ptr, route_links, None, rtol)
     n = route_ptr.size - 1
     size = _floats("size_bytes", size_bytes, n, 0.0, 0.0)
