@@ -7,7 +7,7 @@ by symmetry") with the machine and its load.
 Each case runs in its own process (so its peak memory is the process's max RSS): one ``flowsim.simulate`` to
 build the topology and load the compiled kernels, then ``N`` re-runs of every collective (the step engine's
 flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of the reference: the same code
-with the explicit simulation (``netsim.simulate(symmetry=False)``) on one thread (``netsim.THREADS = 1``) and
+with the explicit simulation (``netsim.simulate(symmetry=False)``) on one thread (``parallel.THREADS = 1``) and
 the prepared-collective cache cleared before each run, i.e. the flow engine before issue 22. Figures are min /
 median seconds over the repeats and the ratio of the medians, measured in one process back to back, so a
 loaded machine inflates both sides alike. Each re-run also empties the symmetry quotients' cache
@@ -58,7 +58,18 @@ TABLES = (("Headline cases", HEADLINE), ("Cost vs GPUs (GPT-3 175B, TP8 PP8)", G
           ("Cost vs pipeline depth (GPT-3 175B, 1,024 H100, TP8)", PP))
 
 
-THREADS = None  # netsim.THREADS of this process, set by _one
+THREADS = None  # parallel.THREADS of this process, set by _one
+
+
+def _threads_module():
+    """The module holding the flow engine's ``THREADS``: flowsim.network.parallel, or netsim in a --baseline
+    checkout before it."""
+    try:
+        from flowsim.network import parallel
+        return parallel
+    except ImportError:
+        from flowsim.network import netsim
+        return netsim
 
 
 def _rerun(cfg, reference: bool) -> tuple:
@@ -74,7 +85,7 @@ def _rerun(cfg, reference: bool) -> tuple:
         collective_flows._PREPARED.clear()
         step_flows._stage_groups_array.cache_clear()
     collective_flows.simulate = functools.partial(netsim.simulate, symmetry=not reference)
-    netsim.THREADS = 1 if reference else THREADS
+    _threads_module().THREADS = 1 if reference else THREADS
     t0 = time.perf_counter()
     r = flowsim.simulate(cfg)
     return time.perf_counter() - t0, r.step_time_s
@@ -85,9 +96,8 @@ def _one(name: str, repeat: int, reference: bool) -> dict:
     global THREADS
     import flowsim
     from flowsim.config import bounds
-    from flowsim.network import netsim
 
-    THREADS = netsim._env_threads()
+    THREADS = _threads_module()._env_threads()
     kw = {**HEADLINE, **GPUS, **PP}[name]
     bounds.MAX_GPUS_FLOW = max(bounds.MAX_GPUS_FLOW, kw["gpus"])  # the 65,536-GPU case is past the CLI's bound
     cfg = flowsim.build_config(**kw, comm_engine="flow")

@@ -130,8 +130,9 @@ def test_matches_brute_force_event_simulation(inst):
 @given(transfer_sets(), transfer_sets())
 def test_components_in_parallel_threads_match_brute_force(a, b):
     """Two independent transfer sets (disjoint links) and a random one simulated together, with every
-    simulation split into components over two threads (netsim.THREADS, PARALLEL_MIN_TRANSFERS forced)."""
+    simulation split into components over two threads (parallel.THREADS, PARALLEL_MIN_TRANSFERS forced)."""
     import flowsim.network.netsim as netsim
+    from flowsim.network import parallel
 
     off = len(a[0])
     cap = a[0] + b[0]
@@ -143,7 +144,7 @@ def test_components_in_parallel_threads_match_brute_force(a, b):
     dptr = np.r_[0, np.cumsum([len(d) for d in deps])]
     didx = np.array([d for ds in deps for d in ds], dtype=np.int64)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(netsim, "THREADS", 2)
+        mp.setattr(parallel, "THREADS", 2)
         mp.setattr(netsim, "PARALLEL_MIN_TRANSFERS", 0)
         res = simulate(cap, ptr, links, size, release_s=release, dep_ptr=dptr, dep_idx=didx, latency_s=latency,
                        symmetry=False)
@@ -341,15 +342,15 @@ def test_run_order_by_rank_and_by_bytes(n_keys, increasing):
 
 
 def test_bad_thread_count_is_one_line_error(monkeypatch):
-    import flowsim.network.netsim as netsim
+    from flowsim.network import parallel
 
     monkeypatch.setenv("FLOWSIM_NETSIM_THREADS", "two")
-    netsim._env_threads.cache_clear()
+    parallel._env_threads.cache_clear()
     try:
         with pytest.raises(ConfigError, match="FLOWSIM_NETSIM_THREADS: must be a whole number >= 1"):
             simulate([1.0], [0, 1], [0], [1.0])
     finally:
-        netsim._env_threads.cache_clear()
+        parallel._env_threads.cache_clear()
 
 
 def test_result_views():

@@ -18,7 +18,7 @@ Event loop (research notes ``research/maxmin-and-traces.md`` sec. 0.4-0.7 and A1
   are not re-solved;
 * remaining bytes are advanced lazily, only for transfers whose rate changes;
 * independent components (rail planes, groups that share no link) can be simulated in parallel threads
-  (:data:`THREADS`, :mod:`flowsim.network.components`);
+  (:mod:`flowsim.network.parallel`, :mod:`flowsim.network.components`);
 * by symmetry (:mod:`flowsim.network.symmetry`), one transfer per class of interchangeable transfers (the
   coarsest equitable partition: e.g. the data-parallel rings of the eight rails, the ranks of an all-to-all
   behind one leaf) is simulated with the class size as its max-min weight, its times copied to the others.
@@ -28,15 +28,14 @@ A transfer with 0 bytes or an empty path (source = destination) drains instantly
 from __future__ import annotations
 
 import functools
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
 from flowsim.errors import ConfigError
+from flowsim.network import parallel
 from flowsim.network.allocator import keep_freed_memory
 from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
@@ -51,12 +50,6 @@ LOCAL_MAX_FRACTION = 0.25
 """The local re-solve gives up (for the level restart) once it re-fills more than this fraction of the
 draining transfers: beyond that a restart costs about the same. A cost cap only (both methods are exact),
 set by hand from benchmarks/bench_network.py."""
-
-THREADS = None
-"""Threads that simulate independent components at once; ``None``: the environment variable
-``FLOWSIM_NETSIM_THREADS`` (a whole number >= 1), default 1. Opt-in: on the shared 2-vCPU VM of
-docs/PERFORMANCE.md, at load average about 4, two threads made the gpt3-175b step on 16,384 GPUs slower
-(12.2 s against 8.5 s for its first call); set it to the idle cores of a machine that has them."""
 
 PARALLEL_MIN_TRANSFERS = 2048
 """Simulations with fewer transfers run on one thread: below this, splitting them into components and starting
@@ -571,19 +564,6 @@ def _event_loop_in(capacity_Bps, route_ptr, route_links, size_bytes, release_s, 
     return start_s, finish_s, link_busy_s, n_solves
 
 
-@functools.lru_cache(maxsize=1)
-def _env_threads() -> int:
-    raw = os.environ.get("FLOWSIM_NETSIM_THREADS", "1")
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise ConfigError("FLOWSIM_NETSIM_THREADS", "must be a whole number >= 1", repr(raw))
-    return int(raw)
-
-
-@functools.lru_cache(maxsize=8)
-def _pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="flowsim-netsim")
-
-
 WORK_BUFFER_MAX_BYTES = 32 * 2**20
 """Bytes of event-loop work buffers kept per thread between simulations (:func:`_work_buffers`). Fresh buffers
 for every simulation cost page faults and clearing, as glibc returns freed memory to the system (llama3.1-405b's
@@ -624,10 +604,10 @@ def _work_buffers(n: int, n_links: int, n_hops: int) -> tuple:
 
 def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, latency, weights, rtol) -> tuple:
     """:func:`_simulate`, with the independent components (:mod:`flowsim.network.components`) dealt into
-    :data:`THREADS` bins simulated in parallel threads when there are :data:`PARALLEL_MIN_TRANSFERS` transfers
-    or more; the same outputs."""
+    :func:`flowsim.network.parallel.threads` bins simulated in parallel threads when there are
+    :data:`PARALLEL_MIN_TRANSFERS` transfers or more; the same outputs."""
     n = size.shape[0]
-    threads = _env_threads() if THREADS is None else THREADS
+    threads = parallel.threads()
     parts = (split(threads, capacity_Bps.size, route_ptr, route_links, dep_ptr, dep_idx)
              if threads > 1 and n >= PARALLEL_MIN_TRANSFERS else [])
     if not parts:
@@ -640,7 +620,7 @@ def _run(capacity_Bps, route_ptr, route_links, size, release, dep_ptr, dep_idx, 
                                  weights[ids], rtol)
 
     start, finish, busy, n_solves = np.empty(n), np.empty(n), np.zeros(capacity_Bps.size), 0
-    for (ids, links, *_), (s, f, b, k) in zip(parts, _pool(threads).map(one, parts)):
+    for (ids, links, *_), (s, f, b, k) in zip(parts, parallel.map_ordered(one, parts)):
         start[ids], finish[ids], busy[links] = s, f, b
         n_solves += k
     return start, finish, busy, n_solves

@@ -21,6 +21,7 @@ import numpy as np
 from flowsim._jit import njit
 
 from flowsim.model.workload import layer_params
+from flowsim.network.parallel import map_ordered
 from flowsim.step.flows import cross_kind_extra_s, layer_cross_kind_extra_s
 from flowsim.step.overlap import overlapped_s
 from flowsim.step.sums import pairwise_sum
@@ -138,8 +139,8 @@ def fsdp_exposed(cfg, wl, comms, layer_fwd_s: float, layer_bwd_s: float) -> tupl
     if t.comm_engine == "flow":  # the layer's all-to-alls and the stage's sends share the network with them
         gather, scatter = (g, 0, "allgather", ag_bytes), (g, 0, "reducescatter", rs_bytes)
         replicas = (("dpr", 0, "allreduce", rs_bytes / t.dp_shard),) if ar > 0 else ()
-        x_f, ep_f = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "fwd", (gather,), 1)
-        x_b, ep_b = layer_cross_kind_extra_s(cfg, comms.gpu, wl, "bwd", (gather, scatter) + replicas, 2)
+        (x_f, ep_f), (x_b, ep_b) = map_ordered(lambda w: layer_cross_kind_extra_s(cfg, comms.gpu, wl, *w),
+                                               [("fwd", (gather,), 1), ("bwd", (gather, scatter) + replicas, 2)])
         comm_f, comm_b = ag + x_f[0], max(ag + rs + x_b[0] + x_b[1], ar + sum(x_b[2:]))
     # the root unit is gathered once per micro-batch: it stays gathered from its forward to its backward
     root_ag = comms.time(g, "allgather", root_params(cfg, wl, 0) * PARAM_GATHER_BYTES, cfg.num_microbatches)
@@ -196,39 +197,54 @@ def _buckets(cfg, wl, comms, stage: int, parts: list) -> tuple:
             [np.full(nb, x) for nb, x, _ in gather], [c for _, _, c in gather])
 
 
-def _grad_exposed(cfg, wl, comms, timeline, stage, parts, times, sms) -> tuple[float, float]:
-    """Exposed seconds of the gradient reduction and the extra its window's all-to-alls take (flow engine)."""
+def _windows(cfg, wl, timeline, stage, parts, times, g_times) -> list:
+    """The cross-kind windows of a stage under the flow engine (``[]`` without it), as the arguments after
+    ``timeline`` of :func:`flowsim.step.flows.cross_kind_extra_s`: the gradient reduction's parts from its first
+    bucket's ready time to the end of its stream alone, then (``overlap_param_gather``, reduce-scattered parts)
+    the parameter gather's from the stage's first forward to the end of its gather alone."""
     t = cfg.training
-    bucket_s = np.concatenate(times)  # in the order the reduction issues them
-    end = timeline.end_s[stage]
-    ready = bucket_ready(timeline, stage, bucket_s.size) if t.overlap_grad_reduce else np.full(bucket_s.size, end)
-    ep_extra = 0.0
-    if t.comm_engine == "flow":  # the other kinds' traffic in the reduction's window slows both sides
-        reduction = tuple((g, stage, g_op, n * grad_reduce_bytes(t) * factor) for g, g_op, n, factor in parts)
-        extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, reduction, float(ready.min()),
-                                             stream_end_s(bucket_s, ready))
-        bucket_s = np.concatenate([a + x / a.size for a, x in zip(times, extra)])
-    total = float(bucket_s.sum())
-    exposed = max(0.0, stream_end_s(bucket_s, ready) - end)
-    # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
-    return exposed + (total - exposed) * max(sms) / comms.gpu.sm_count, ep_extra
-
-
-def _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms) -> tuple[float, float]:
-    """Exposed seconds of the parameter all-gather and the extra of the all-to-alls beside it (flow engine)."""
-    t = cfg.training
-    ep_extra = 0.0
-    if t.overlap_param_gather and t.comm_engine == "flow":  # beside the next step's first forward passes
-        gather = tuple((g, stage, "allgather", part_gather_bytes(cfg, wl, stage, g, n)) for g, g_op, n, _ in parts
-                       if g_op == "reducescatter")
+    if t.comm_engine != "flow":
+        return []
+    bucket_s = np.concatenate(times)
+    ready = _ready(timeline, stage, bucket_s.size, t.overlap_grad_reduce)
+    out = [(tuple((g, stage, g_op, n * grad_reduce_bytes(t) * factor) for g, g_op, n, factor in parts),
+            float(ready.min()), stream_end_s(bucket_s, ready))]
+    if g_times and t.overlap_param_gather:
         t0 = float(timeline.start_s[stage].min())
-        extra, ep_extra = cross_kind_extra_s(cfg, comms.gpu, wl, timeline, gather, t0,
-                                             t0 + float(sum(a.sum() for a in g_times)))
+        out.append((tuple((g, stage, "allgather", part_gather_bytes(cfg, wl, stage, g, n)) for g, g_op, n, _ in parts
+                          if g_op == "reducescatter"), t0, t0 + float(sum(a.sum() for a in g_times))))
+    return out
+
+
+def _ready(timeline, stage, nb, overlap_grad_reduce: bool) -> np.ndarray:
+    """When each of ``nb`` gradient buckets of a stage can be reduced, seconds: :func:`bucket_ready` under
+    ``overlap_grad_reduce``, else the end of the stage's backward."""
+    return bucket_ready(timeline, stage, nb) if overlap_grad_reduce else np.full(nb, timeline.end_s[stage])
+
+
+def _grad_exposed(cfg, comms, timeline, stage, times, sms, extra) -> float:
+    """Exposed seconds of the gradient reduction, each part's buckets longer by its share of ``extra`` (seconds
+    per part, its cross-kind slow-down; ``None`` without the flow engine)."""
+    t = cfg.training
+    if extra is not None:
+        times = [a + x / a.size for a, x in zip(times, extra)]
+    bucket_s = np.concatenate(times)  # in the order the reduction issues them
+    ready = _ready(timeline, stage, bucket_s.size, t.overlap_grad_reduce)
+    total = float(bucket_s.sum())
+    exposed = max(0.0, stream_end_s(bucket_s, ready) - timeline.end_s[stage])
+    # the part of the reduction that ran beside the backward pass slowed it (see overlapped_s)
+    return exposed + (total - exposed) * max(sms) / comms.gpu.sm_count
+
+
+def _gather_exposed(cfg, comms, g_times, g_sms, extra) -> float:
+    """Exposed seconds of the parameter all-gather, each part's buckets longer by its share of ``extra`` (as in
+    :func:`_grad_exposed`)."""
+    if extra is not None:
         g_times = [a + x / a.size for a, x in zip(g_times, extra)]
     gather_s = np.concatenate(g_times)
-    if t.overlap_param_gather:
-        return float(gather_s[0] + gather_s[1:].sum() * max(g_sms) / comms.gpu.sm_count), ep_extra
-    return float(gather_s.sum()), ep_extra
+    if cfg.training.overlap_param_gather:
+        return float(gather_s[0] + gather_s[1:].sum() * max(g_sms) / comms.gpu.sm_count)
+    return float(gather_s.sum())
 
 
 def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, float]:
@@ -248,16 +264,32 @@ def dp_exposed(cfg, wl, comms, timeline, stage: int) -> tuple[float, float, floa
         root_rs = comms.time(shard_group(t), "reducescatter", root_bytes, m)
         root_ar = comms.time("dpr", "allreduce", root_bytes / t.dp_shard, m)
         return (rs + ar + root_rs + root_ar) * m, 0.0, 0.0
-    parts = reduction_parts(cfg.training, wl, comms.groups, stage)
-    if not parts:
-        return 0.0, 0.0, 0.0
-    times, sms, g_times, g_sms = _buckets(cfg, wl, comms, stage, parts)
-    grad, ep_extra = _grad_exposed(cfg, wl, comms, timeline, stage, parts, times, sms)
-    gather = 0.0
-    if g_times:
-        gather, g_ep = _gather_exposed(cfg, wl, comms, timeline, stage, parts, g_times, g_sms)
-        ep_extra += g_ep
-    return grad, gather, ep_extra
+    return _dp_exposed_each(cfg, wl, comms, timeline, [stage])[0]
+
+
+def _dp_exposed_each(cfg, wl, comms, timeline, stages) -> list:
+    """:func:`dp_exposed` of each of ``stages`` (not under ZeRO-3): every stage's buckets priced in turn, then
+    the cross-kind windows of all of them simulated at once (:func:`flowsim.network.parallel.map_ordered`:
+    independent simulations, spread over the flow engine's threads), then each stage's exposed seconds."""
+    plans = []
+    for s in stages:
+        parts = reduction_parts(cfg.training, wl, comms.groups, s)
+        priced = _buckets(cfg, wl, comms, s, parts) if parts else None
+        plans.append((s, priced, _windows(cfg, wl, timeline, s, parts, priced[0], priced[2]) if parts else []))
+    windows = [w for _, _, ws in plans for w in ws]
+    if windows:
+        done = iter(map_ordered(lambda w: cross_kind_extra_s(cfg, comms.gpu, wl, timeline, *w), windows))
+    out = []
+    for s, priced, ws in plans:
+        if priced is None:
+            out.append((0.0, 0.0, 0.0))
+            continue
+        times, sms, g_times, g_sms = priced
+        (extra, ep_extra), (g_extra, g_ep) = [next(done) for _ in ws] + [(None, 0.0)] * (2 - len(ws))
+        grad = _grad_exposed(cfg, comms, timeline, s, times, sms, extra)
+        gather = _gather_exposed(cfg, comms, g_times, g_sms, g_extra) if g_times else 0.0
+        out.append((grad, gather, ep_extra + g_ep))
+    return out
 
 
 def dp_exposed_stages(cfg, wl, comms, timeline) -> list:
@@ -267,8 +299,10 @@ def dp_exposed_stages(cfg, wl, comms, timeline) -> list:
     bucket streams of all stages run in one numba call, equal bit for bit to :func:`dp_exposed` stage by stage
     (tests/test_fast_path.py)."""
     t, p = cfg.training, cfg.training.pp
-    if zero_level(t) >= 3 or t.comm_engine == "flow":
+    if zero_level(t) >= 3:
         return [sum(dp_exposed(cfg, wl, comms, timeline, s)) for s in range(p)]
+    if t.comm_engine == "flow":
+        return [sum(x) for x in _dp_exposed_each(cfg, wl, comms, timeline, range(p))]
     same: dict = {}
     for s in range(p):
         key = (wl.stage_params[s], wl.stage_expert_params[s], wl.chunk_layers[s].sum(), wl.chunk_moe_layers[s].sum())
