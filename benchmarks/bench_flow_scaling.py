@@ -4,7 +4,8 @@ Run: ``python benchmarks/bench_flow_scaling.py [--repeat N] [--only TEXT] [--ref
 [--baseline DIR] [--rounds R] [--no-reference]``; prints the markdown tables of docs/PERFORMANCE.md ("Flow engine
 by symmetry") with the machine and its load.
 
-Each case runs in its own process (so its peak memory is the process's max RSS): one ``flowsim.simulate`` to
+Each case runs in its own process (so its peak memory is the process's max RSS), with glibc's malloc settings of
+the ``flowsim`` command (:func:`flowsim.network.allocator.keep_freed_memory`): one ``flowsim.simulate`` to
 build the topology and load the compiled kernels, then ``N`` re-runs of every collective (the step engine's
 flow caches cleared, ``comm_engine: flow``), interleaved with ``N`` re-runs of the reference: the same code
 with the explicit simulation (``netsim.simulate(symmetry=False)``) on one thread (``parallel.THREADS = 1``) and
@@ -98,6 +99,11 @@ def _one(name: str, repeat: int, reference: bool) -> dict:
     from flowsim.config import bounds
 
     THREADS = _threads_module()._env_threads()
+    try:  # glibc's malloc settings, as the flowsim command sets them (a --baseline checkout before them: none)
+        from flowsim.network.allocator import keep_freed_memory
+        keep_freed_memory()
+    except ImportError:
+        pass
     kw = {**HEADLINE, **GPUS, **PP}[name]
     bounds.MAX_GPUS_FLOW = max(bounds.MAX_GPUS_FLOW, kw["gpus"])  # the 65,536-GPU case is past the CLI's bound
     cfg = flowsim.build_config(**kw, comm_engine="flow")

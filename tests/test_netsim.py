@@ -397,11 +397,16 @@ def test_gb_scale_units():
 
 
 def test_freed_memory_kept_on_glibc():
-    """simulate() sets glibc's malloc thresholds once (allocator.keep_freed_memory); elsewhere it does nothing."""
+    """The flowsim command sets glibc's malloc thresholds once (allocator.keep_freed_memory); elsewhere it does
+    nothing."""
     import platform
 
+    from click.testing import CliRunner
+
+    from flowsim.cli import main
     from flowsim.network.allocator import keep_freed_memory
 
-    simulate([1e11], [0, 1], [0], [1e9])
+    keep_freed_memory.cache_clear()
+    assert CliRunner().invoke(main, ["gpus"]).exit_code == 0
     assert keep_freed_memory.cache_info().currsize == 1
     assert keep_freed_memory() is (platform.libc_ver()[0] == "glibc")

@@ -61,6 +61,9 @@ def main():
     """flowsim: predict the step time, MFU and memory of distributed LLM training."""
     import warnings
 
+    from flowsim.network.allocator import keep_freed_memory
+
+    keep_freed_memory()  # a flowsim process: the flow engine's large arrays re-use freed memory
     _warned.clear()  # once per command run
     warnings.formatwarning = _format_warning_once
 

@@ -1,8 +1,11 @@
-"""glibc malloc settings for the flow engine's many large, short-lived arrays (:func:`keep_freed_memory`)."""
+"""glibc malloc settings for the flow engine's many large, short-lived arrays (:func:`keep_freed_memory`).
+
+They are process-wide, so the library does not set them on its own: the ``flowsim`` command sets them when it
+starts (every verb, ``flowsim serve`` included), and a program that embeds flowsim and runs large flow simulations
+may call :func:`keep_freed_memory` itself (its own memory then behaves the same way)."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 
 __all__ = ["keep_freed_memory"]
@@ -27,11 +30,10 @@ def keep_freed_memory() -> bool:
     the heap's top once twice that lies free there: every such array then pays a page fault and the zeroing of
     each 4 KiB page on first write. Setting both thresholds (which also stops the dynamic one) re-uses the freed
     pages: benchmarks/bench_flow_scaling.py's gpt3-175b re-run on 65,536 H100 takes 4.2-4.4 -> 3.8 s, the same
-    results, max RSS 445 -> 441 MB (the peak is the peak; memory freed after it stays with the process). Does
-    nothing where the C library is not glibc."""
+    results, max RSS 445 -> 441 MB (the peak is the peak; memory freed after it stays with the process, up to
+    :data:`HEAP_TRIM_THRESHOLD_BYTES`). Does nothing where the C library is not glibc."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols, the C library's among them
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h>

@@ -36,7 +36,6 @@ from numba import njit
 
 from flowsim.errors import ConfigError
 from flowsim.network import parallel
-from flowsim.network.allocator import keep_freed_memory
 from flowsim.network.components import split
 from flowsim.network.maxmin import LOCAL_MAX_ROUNDS, _check_routes
 from flowsim.network.maxmin_kernels import (_arrival_bound, _fill_arrivals, _link_csr, _link_offsets, _resolve,
@@ -692,11 +691,6 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     ValueError
         Bad link or path arrays (see :func:`flowsim.network.maxmin.solve`).
 
-    Notes
-    -----
-    The first call sets glibc's malloc to keep freed blocks for re-use, process-wide
-    (:func:`flowsim.network.allocator.keep_freed_memory`).
-
     Examples
     --------
     One 1 GB transfer over a 100 GB/s link with 2 us latency finishes at 2e-6 + 1e9 / 1e11 = 0.010002 s:
@@ -704,7 +698,6 @@ def simulate(capacity_Bps, route_ptr, route_links, size_bytes, *, release_s=None
     >>> simulate([1e11], [0, 1], [0], [1e9], latency_s=2e-6).finish_s.tolist()
     [0.010002]
     """
-    keep_freed_memory()
     capacity_Bps, route_ptr, route_links, _ = _check_routes(capacity_Bps, route_ptr, route_links, None, rtol)
     n = route_ptr.size - 1
     size = _floats("size_bytes", size_bytes, n, 0.0, 0.0)
