@@ -335,7 +335,7 @@ def _routed(cluster: ClusterConfig, gpu: GPUSpec, topo: Topology, plan: Plan, gr
     return hit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _claim_links(owner, links, i, met):
     """The collectives ``owner`` records on ``links`` before collective ``i`` (each once, in order of first
     appearance; ``met``: one entry per collective, none equal to ``i`` on entry), then ``owner[links] = i``."""
@@ -351,14 +351,14 @@ def _claim_links(owner, links, i, met):
     return out[:k]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _count_links(count, links):
     """``count[l] += 1`` for each of ``links``."""
     for a in range(links.shape[0]):
         count[links[a]] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _crossed(count):
     """The links with a count (increasing) and each one's position among them (``pos``; entries of links with none
     are not meaningful)."""
@@ -401,7 +401,7 @@ def _reindex(after: list, subset: list) -> list:
     return [subset.index(after[i]) if after[i] in subset else None for i in subset]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _put_paths(ptr, links, dominated, owners, n_topo, net_pos, kernel_base, t_base, out_ptr, out_links, h):
     """A collective's paths (CSR ``ptr``, ``links``) into the window's CSR from hop ``h`` on, its transfer ``t``
     as the window's ``t_base + t`` (offsets to ``out_ptr[t_base + 1 ...]``): a topology link ``l < n_topo`` as
@@ -419,7 +419,7 @@ def _put_paths(ptr, links, dominated, owners, n_topo, net_pos, kernel_base, t_ba
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _put_deps(dep_ptr, dep_idx, n_groups, t_base, barrier, out_ptr, out_idx, k):
     """A plan's dependencies (CSR over its ``m`` transfers) tiled over ``n_groups`` groups into the window's CSR:
     transfer ``t`` of group ``g`` is the window's ``t_base + g * m + t`` and depends on the window's transfers of

@@ -33,7 +33,7 @@ __all__ = ["Reduced", "identical", "split"]
 _MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15, splitmix64's odd constant (routing.py cites it)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _find(parent, x):
     """Root of ``x`` in the union-find forest, halving the path on the way."""
     while parent[x] != x:
@@ -42,7 +42,7 @@ def _find(parent, x):
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _components(n_links, route_ptr, route_links, dep_ptr, dep_idx):
     """Component of every transfer (numbered in order of their smallest transfer id) and their count.
 
@@ -84,7 +84,7 @@ def _components(n_links, route_ptr, route_links, dep_ptr, dep_idx):
     return comp, n_comp
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sub(ids, route_ptr, route_links, dep_ptr, dep_idx, t_new, l_new):
     """Paths and dependencies of the transfers ``ids`` renumbered by ``t_new`` (transfers) and ``l_new``
     (links)."""
@@ -106,7 +106,7 @@ def _sub(ids, route_ptr, route_links, dep_ptr, dep_idx, t_new, l_new):
     return ptr, links, dptr, deps
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _canonical(n_links, route_ptr, route_links, dep_ptr, dep_idx, comp, n_comp):
     """Local numbering of transfers and links within their components, and the components' transfers.
 
@@ -148,13 +148,13 @@ def _canonical(n_links, route_ptr, route_links, dep_ptr, dep_idx, comp, n_comp):
     return comp_ptr, members, t_local, l_local, n_local_links
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _mix(h, x):
     h = (h ^ x) * _MIX
     return h ^ ((h >> 29) & 0x7FFFFFFFF)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fingerprints(route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, size_bits,
                   release_bits, latency_bits, cap_bits):
     """64-bit hash of each component's canonical form (``*_bits``: the float64 inputs viewed as int64)."""
@@ -175,7 +175,7 @@ def _fingerprints(route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _same(a, b, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, size_bits,
           release_bits, latency_bits, cap_bits):
     """Whether components ``a`` and ``b`` have the same canonical form (element by element)."""
@@ -199,7 +199,7 @@ def _same(a, b, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_l
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _check_classes(rep, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, size_bits,
                    release_bits, latency_bits, cap_bits):
     """``rep`` (each component's class representative, by hash) with every component that is not identical to
@@ -211,7 +211,7 @@ def _check_classes(rep, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, memb
     return rep
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build_reduced(is_rep, route_ptr, route_links, dep_ptr, dep_idx, comp_ptr, members, t_local, l_local, t_off, l_off,
            link_comp):
     """The quotient's transfers (the representatives' ones, component by component) with paths and

@@ -22,7 +22,7 @@ from numba import njit
 __all__ = ["dominated_hops"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dominated_hops(capacity_Bps, route_ptr, route_links):
     """Which hops cross a dominated link (module docstring).
 

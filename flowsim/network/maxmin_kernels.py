@@ -39,7 +39,7 @@ ROUNDOFF_RTOL = 1e-14
 sum of many rates), so the local re-solve counts the link as saturated."""
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _link_offsets(n_links, flow_links):
     """The CSR offsets of the link -> flows transpose (:func:`_link_csr`) without the lists: int64[n_links + 1],
     link l's entries at ``[link_ptr[l], link_ptr[l + 1])``."""
@@ -51,7 +51,7 @@ def _link_offsets(n_links, flow_links):
     return link_ptr
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _link_csr(n_links, flow_ptr, flow_links):
     """Transpose the flow -> links CSR into link -> flows by a counting sort (stable in flow id).
 
@@ -83,7 +83,7 @@ def _link_csr(n_links, flow_ptr, flow_links):
     return link_ptr, link_flows
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, todo, n_todo, touched,
           n_touched, state, heap, hkey, pos, bott):
     """Progressive filling of the flows marked unfrozen, on the residual capacities given.
@@ -220,7 +220,7 @@ def _fill(flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bp
             bott[f] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _solve_full(capacity_Bps, flow_ptr, flow_links, weights):
     """Max-min fair rates of all flows from scratch.
 
@@ -254,7 +254,7 @@ def _solve_full(capacity_Bps, flow_ptr, flow_links, weights):
     return rate
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _arrival_bound(capacity_Bps, flow_ptr, flow_links, active_weight, f):
     """Lower bound on the new rate of an arriving flow: ``min over its links of C_l / N_l``.
 
@@ -281,7 +281,7 @@ def _arrival_bound(capacity_Bps, flow_ptr, flow_links, active_weight, f):
     return bound
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, level_Bps, seeds,
              n_seeds, clock, link_mark, flow_mark, todo, touched, state, heap, hkey, pos, bott):
     """Incremental re-solve: re-fill only the flows that can change, keep all others.
@@ -374,7 +374,7 @@ def _resolve(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows,
     return n_todo
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fill_arrivals(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, seeds,
                    n_seeds, clock, link_mark, todo, touched, state, heap, hkey, pos, bott):
     """Progressive filling of flows that all just arrived, when no other flow is active: ``_resolve`` at level 0
@@ -417,7 +417,7 @@ def _fill_arrivals(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
     return n_seeds
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
     """Put flow ``f`` into the re-filled set (once); return the new set size.
 
@@ -451,7 +451,7 @@ def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
     return n_todo + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _root(part, i):
     """Root of ``i`` in the union-find forest ``part`` (parent links, roots their own parent), halving the path."""
     while part[i] != i:
@@ -460,7 +460,7 @@ def _root(part, i):
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, old_rate_Bps,
                    bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo, saved_bott,
                    touched, changed, state, heap, hkey, pos, resid, n_diff, prev_rate, prev_bott, part, comp_mark, sub,

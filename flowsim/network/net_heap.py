@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sift_up(heap, hkey, pos, i):
     """Move the entry at heap index ``i`` up until its parent orders before it.
 
@@ -49,7 +49,7 @@ def _sift_up(heap, hkey, pos, i):
     pos[item] = i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sift_down(heap, hkey, pos, size, i):
     """Move the entry at heap index ``i`` down until both children order after it.
 
@@ -83,7 +83,7 @@ def _sift_down(heap, hkey, pos, size, i):
     pos[item] = i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _heap_push(heap, hkey, pos, size, item, k):
     """Insert ``item`` (not already present) with key ``k``; return the new size.
 
@@ -109,7 +109,7 @@ def _heap_push(heap, hkey, pos, size, item, k):
     return size + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _heap_pop(heap, hkey, pos, size):
     """Remove and return the first item; the heap must not be empty.
 
@@ -155,7 +155,7 @@ def _heap_pop(heap, hkey, pos, size):
     return top, size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _heap_update(heap, hkey, pos, size, item, k):
     """Give ``item`` (present) the key ``k`` and restore heap order.
 
@@ -175,7 +175,7 @@ def _heap_update(heap, hkey, pos, size, item, k):
     _sift_down(heap, hkey, pos, size, pos[item])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _radix_pass(src, dst, value, shift, cnt):
     """One stable counting-sort pass of the positions ``src`` into ``dst`` by the byte ``shift`` of ``value[p]``;
     False, ``dst`` untouched, when that byte is the same for all (the pass would keep the order)."""
@@ -203,7 +203,7 @@ hand from benchmarks/bench_flow_scaling.py: a fabric's fair shares take few valu
 _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing's odd constant, 2^64 / golden ratio (Knuth, TAOCP 3, 6.4)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _key_ranks(bits, max_keys):
     """Rank of each value of ``bits`` among its distinct values in increasing order (as float64 bit patterns of
     keys >= 0, which order as the keys), and their count; count -1 when there are more than ``max_keys``
@@ -242,7 +242,7 @@ def _key_ranks(bits, max_keys):
     return val_of, n_d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _run_order(ids, keys):
     """Positions of ``ids`` (distinct, >= 0) ordered by (``keys``, id), the order of a stable sort of the keys of
     the ids sorted: a least-significant-digit sort, the bytes of the id first (none when the ids already

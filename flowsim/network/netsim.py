@@ -121,7 +121,7 @@ class NetSimResult:
                 f"{self.n_solves} solves)")
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, arr_heap, arr_key, arr_pos,
           n_arr):
     """Record that transfer ``t`` drained at ``now``; release its dependents whose last dependency it was.
@@ -162,7 +162,7 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
     return n_arr
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _used_links(n_links, route_links):
     """The links some path uses (increasing) and the paths' hops renumbered into that list.
 
@@ -189,7 +189,7 @@ def _used_links(n_links, route_links):
     return used[:n_used].copy(), local
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _activate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since):
     """Start transfer ``t`` draining at ``now``: insert it into the active segment ``active[link_ptr[l]:link_end[l]]``
     of each link of its path (kept increasing, the order of ``_link_csr``'s lists, so the solver's sums run in the
@@ -209,7 +209,7 @@ def _activate(t, now, weights, route_ptr, route_links, link_ptr, link_end, activ
         active_weight[l] += w
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _deactivate(t, now, weights, route_ptr, route_links, link_ptr, link_end, active, active_weight, busy_since,
                 link_busy_s):
     """Stop transfer ``t`` at ``now`` (``_activate`` undone, one entry per hop): a link whose active weight falls to 0
@@ -228,7 +228,7 @@ def _deactivate(t, now, weights, route_ptr, route_links, link_ptr, link_end, act
             link_busy_s[l] += now - busy_since[l]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _same_flows(link_ptr, link_flows, a, b):
     """Whether links ``a`` and ``b`` carry the same transfers (``_link_csr``'s increasing lists)."""
     if link_ptr[a + 1] - link_ptr[a] != link_ptr[b + 1] - link_ptr[b]:
@@ -239,7 +239,7 @@ def _same_flows(link_ptr, link_flows, a, b):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _distinct_links(capacity_Bps, route_ptr, route_links):
     """The links that can bind: of the links that carry exactly the same transfers (a transfer's own PCIe and NIC
     hops at both ends, a chain's links used by its steps alone), only the first in (capacity, id) order.
@@ -327,7 +327,7 @@ def _distinct_links(capacity_Bps, route_ptr, route_links):
     return keep, link_of, kept_ptr, kept_links[:k]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _workspace_size(n, n_links, n_hops):
     """Entries of the int64 and float64 work buffers of :func:`_event_loop_in` for ``n`` transfers, ``n_links``
     links and ``n_hops`` path hops."""

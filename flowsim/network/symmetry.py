@@ -98,7 +98,7 @@ _M2 = np.int64(-7723592293110705685)  # 0x94D049BB133111EB, splitmix64's second 
 _SALT_LINK, _SALT_DEP, _SALT_FLOW = np.int64(0x51ED27), np.int64(0xDE9E7D), np.int64(0xF10A5E)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _h(x, salt):
     """splitmix64 finaliser of ``x + salt`` (int64, wrapping)."""
     z = (x + salt) * _MIX
@@ -107,14 +107,14 @@ def _h(x, salt):
     return z ^ ((z >> 31) & 0x1FFFFFFFF)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dense(keys):
     """Dense colours of int64 ``keys`` numbered in order of first occurrence (open-addressing hash table), and
     their count."""
     return _dense_into(keys, *_table(keys.shape[0]))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dense_into(keys, slot_key, slot_col, first):
     """:func:`_dense` with the caller's table (``slot_key``, ``slot_col``: a power of two of at least twice the
     keys, ``slot_col`` all -1 on entry and again on exit) and scratch (``first``, one entry per key): a
@@ -141,7 +141,7 @@ def _dense_into(keys, slot_key, slot_col, first):
     return out, n_col
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _table(n):
     """An empty table and scratch for :func:`_dense_into` of ``n`` keys."""
     size = 1
@@ -150,7 +150,7 @@ def _table(n):
     return np.empty(size, dtype=np.int64), np.full(size, -1, dtype=np.int64), np.empty(n, dtype=np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _constant(x):
     for i in range(1, x.shape[0]):
         if x[i] != x[0]:
@@ -158,7 +158,7 @@ def _constant(x):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _labels(size_bits, release_bits, latency_bits):
     """Dense labels of the transfers' (size, release, latency) triples, numbered in order of first occurrence:
     equal labels for equal triples, exactly (each attribute's dense colours, then pairs of them; constant
@@ -188,7 +188,7 @@ def _step2(h, v):
     return h ^ ((h >> 29) & 0x7FFFFFFFF)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _absorb(h1, h2, x):
     """Two independent 64-bit hash chains with the array ``x`` absorbed, its length first: each element is
     xor-ed (added) into a state, multiplied by an odd constant (splitmix64's two multipliers) and its high half
@@ -210,7 +210,7 @@ def _absorb(h1, h2, x):
             _step2(_step2(_step2(_step2(h2, b0), b1), b2), b3))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _digest(cap_bits, route_ptr, route_links, dep_ptr, dep_idx, labels):
     """128-bit hash (two 64-bit lanes) of a transfer set's structure: capacities, paths, dependencies and the
     labels of :func:`_labels`."""
@@ -222,7 +222,7 @@ def _digest(cap_bits, route_ptr, route_links, dep_ptr, dep_idx, labels):
     return _absorb(h1, h2, labels)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _depths(dep_ptr, dep_idx):
     """Longest dependency chain below each transfer (0: none; -1 on a dependency cycle), by Kahn's algorithm.
     A refinement invariant (a transfer's depth is one more than its deepest dependency's), so starting from it
@@ -252,7 +252,7 @@ def _depths(dep_ptr, dep_idx):
     return depth
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _refine(route_ptr, route_links, dep_ptr, dep_idx, used, size_bits, release_bits, latency_bits, cap_bits,
             max_rounds, max_classes):
     """Colour refinement from the transfers' attributes and depths and the links' capacities: each round hashes
@@ -322,7 +322,7 @@ def _refine(route_ptr, route_links, dep_ptr, dep_idx, used, size_bits, release_b
     return tcol, n_tc, lcol, n_lc, stable
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _same_counts(cnt, a_idx, a_lo, a_hi, b_idx, b_lo, b_hi, col):
     """Whether ``col[a_idx[a_lo:a_hi]]`` and ``col[b_idx[b_lo:b_hi]]`` are the same multiset (``cnt``: zeros
     over the colours, left zero)."""
@@ -342,7 +342,7 @@ def _same_counts(cnt, a_idx, a_lo, a_hi, b_idx, b_lo, b_hi, col):
     return ok
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _equitable(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, used, tcol, lcol, t_rep, l_rep,
                size_bits, release_bits, latency_bits, cap_bits, n_tc, n_lc):
     """Whether the colouring is equitable: every transfer has its class representative's attributes, link-colour
@@ -374,7 +374,7 @@ def _equitable(route_ptr, route_links, dep_ptr, dep_idx, link_ptr, link_flows, u
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build(t_rep, route_ptr, route_links, dep_ptr, dep_idx, tcol, lcol):
     """The quotient's paths (each representative's links as link classes) and dependencies (its dependencies as
     transfer classes, each class once)."""
