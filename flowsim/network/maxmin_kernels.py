@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from flowsim.network.components import _find
 from flowsim.network.net_heap import _heap_pop, _heap_push, _run_order, _sift_down
 
 FILL_RUN_MIN_LINKS = 256
@@ -452,15 +453,6 @@ def _add_flow(f, stamp, flow_mark, todo, saved_bott, bott, n_todo):
 
 
 @njit(cache=True, nogil=True)
-def _root(part, i):
-    """Root of ``i`` in the union-find forest ``part`` (parent links, roots their own parent), halving the path."""
-    while part[i] != i:
-        part[i] = part[part[i]]
-        i = part[i]
-    return i
-
-
-@njit(cache=True, nogil=True)
 def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_flows, weights, rate_Bps, old_rate_Bps,
                    bott, seeds, n_seeds, clock, link_mark, changed_mark, flow_mark, todo, saved_bott,
                    touched, changed, state, heap, hkey, pos, resid, n_diff, prev_rate, prev_bott, part, comp_mark, sub,
@@ -538,8 +530,9 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
     prev_rate, prev_bott : float64[n_flows], int64[n_flows]
         Scratch: rate and bottleneck of ``todo[i]`` before the round's fill.
     part, comp_mark, sub : int64[n_flows]
-        Scratch: the union-find forest of the set's components over positions in ``todo`` (``_root``), the round
-        stamp of the components to re-fill (by root position), the flows re-filled in a round.
+        Scratch: the union-find forest of the set's components over positions in ``todo``
+        (:func:`flowsim.network.components._find`), the round stamp of the components to re-fill (by root
+        position), the flows re-filled in a round.
     link_part : int64[n_links]
         Scratch: a position in ``todo`` of a member crossing each touched link.
     max_todo : int
@@ -588,20 +581,20 @@ def _resolve_local(capacity_Bps, flow_ptr, flow_links, link_ptr, link_end, link_
                     n_touched += 1
                     link_part[m] = i
                 else:
-                    a = _root(part, i)
-                    b = _root(part, link_part[m])
+                    a = _find(part, i)
+                    b = _find(part, link_part[m])
                     part[max(a, b)] = min(a, b)
                 resid[m] = np.nan
         # Only the components with a new member are re-filled: a component without one has the same flows, links
         # and residuals as at the last fill, so its fill (which reads only its own links) gives the same rates.
         for i in range(n_filled, n_todo):
-            comp_mark[_root(part, i)] = round_stamp
+            comp_mark[_find(part, i)] = round_stamp
         n_sub = 0
         for i in range(n_todo):
             f = todo[i]
             prev_rate[i] = rate_Bps[f]
             prev_bott[i] = bott[f]
-            if i >= n_filled or comp_mark[_root(part, i)] == round_stamp:
+            if i >= n_filled or comp_mark[_find(part, i)] == round_stamp:
                 rate_Bps[f] = -1.0
                 sub[n_sub] = f
                 n_sub += 1
