@@ -285,6 +285,7 @@ def _dp_exposed_each(cfg, wl, comms, timeline, stages) -> list:
             out.append((0.0, 0.0, 0.0))
             continue
         times, sms, g_times, g_sms = priced
+        # the reduction's window, then the gather's; (None, 0.0) for one not simulated (analytic engine, no gather)
         (extra, ep_extra), (g_extra, g_ep) = [next(done) for _ in ws] + [(None, 0.0)] * (2 - len(ws))
         grad = _grad_exposed(cfg, comms, timeline, s, times, sms, extra)
         gather = _gather_exposed(cfg, comms, g_times, g_sms, g_extra) if g_times else 0.0
