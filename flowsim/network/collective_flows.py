@@ -49,7 +49,7 @@ from flowsim.nccl_models import (
     CommLayout, Plan, busbw_factor, plan_collective,
 )
 from flowsim.network.lru import BytesLRU
-from flowsim.network.netsim import simulate
+from flowsim.network.netsim import _compact, simulate
 from flowsim.network.routing import route
 from flowsim.network.topology import _TIER_NAMES, LinkKind, Topology, build_topology
 
@@ -358,20 +358,6 @@ def _count_links(count, links):
         count[links[a]] += 1
 
 
-@njit(cache=True, nogil=True)
-def _crossed(count):
-    """The links with a count (increasing) and each one's position among them (``pos``; entries of links with none
-    are not meaningful)."""
-    crossed = np.empty(count.shape[0] + 1, dtype=np.int64)
-    pos = np.empty(count.shape[0], dtype=np.int64)
-    k = 0
-    for l in range(count.shape[0]):  # without branches: crossed and idle links alternate irregularly
-        crossed[k] = l
-        pos[l] = k
-        k += count[l] > 0
-    return crossed[:k].copy(), pos
-
-
 def _connected(topo: Topology, preps: list, after: list, focus) -> np.ndarray:
     """bool[n]: the collectives that can change the rates of the ``focus`` ones, i.e. those linked to them by
     a chain of shared topology links or ``after`` orderings (the others cannot: max-min rates depend only on
@@ -464,7 +450,7 @@ def _simulate_together(topo: Topology, preps: list, after: list) -> tuple:
     owners = np.zeros(topo.n_links, dtype=np.int64)
     for p in preps:
         _count_links(owners, p.net_links)  # net_links are distinct
-    net, net_pos = _crossed(owners)
+    net, net_pos = _compact(owners)
     n_all = n + len(chained)
     route_ptr = np.empty(n_all + 1, dtype=np.int64)
     route_ptr[0] = 0

@@ -163,6 +163,20 @@ def _done(t, now, latency_s, finish_s, next_ptr, next_idx, deps_left, ready_s, a
 
 
 @njit(cache=True, nogil=True)
+def _compact(count):
+    """The ids with a count > 0 (increasing), and each id's position among them (``pos``; meaningless for an id
+    with none)."""
+    kept = np.empty(count.shape[0] + 1, dtype=np.int64)
+    pos = np.empty(count.shape[0], dtype=np.int64)
+    k = 0
+    for l in range(count.shape[0]):  # without branches: kept and dropped ids alternate irregularly
+        kept[k] = l
+        pos[l] = k
+        k += count[l] > 0
+    return kept[:k].copy(), pos
+
+
+@njit(cache=True, nogil=True)
 def _used_links(n_links, route_links):
     """The links some path uses (increasing) and the paths' hops renumbered into that list.
 
@@ -173,20 +187,14 @@ def _used_links(n_links, route_links):
     local : int64[n_hops]
         ``route_links`` as positions in ``used`` (the order of links is kept).
     """
-    pos = np.zeros(n_links, dtype=np.int64)  # 1 for a used link, then its position in ``used``
+    hit = np.zeros(n_links, dtype=np.int64)
     for h in range(route_links.shape[0]):
-        pos[route_links[h]] = 1
-    used = np.empty(n_links + 1, dtype=np.int64)
-    n_used = 0
-    for l in range(n_links):  # without branches: used and unused links alternate irregularly
-        used[n_used] = l
-        f = pos[l]
-        pos[l] = n_used
-        n_used += f
+        hit[route_links[h]] = 1
+    used, pos = _compact(hit)
     local = np.empty(route_links.shape[0], dtype=np.int64)
     for h in range(route_links.shape[0]):
         local[h] = pos[route_links[h]]
-    return used[:n_used].copy(), local
+    return used, local
 
 
 @njit(cache=True, nogil=True)
